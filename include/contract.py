@@ -1,0 +1,386 @@
+"""The pipeline contract: the typed records that cross every seam.
+
+A document travels  connector -> Change -> RawDocument -> ParsedDocument -> Chunk -> index.
+Every record here is a plain dataclass that round-trips through JSON (``to_dict`` /
+``from_dict``) so that stages running in different Airflow worker processes exchange them
+through the staging area; XCom only ever carries small manifests that point at them.
+
+Nothing in this module does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "Block",
+    "BlockKind",
+    "Change",
+    "ChangeKind",
+    "Chunk",
+    "ParseError",
+    "ParseErrorCode",
+    "ParsedDocument",
+    "Position",
+    "RawDocument",
+    "VersionEvidence",
+    "content_hash",
+    "options_hash",
+    "chunk_id",
+    "document_id",
+]
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(text: str) -> str:
+    """Hash of extracted text; whitespace runs are folded so cosmetic reflows do not count."""
+    return _sha256(" ".join(text.split()).encode("utf-8"))[:32]
+
+
+def options_hash(options: dict[str, Any]) -> str:
+    """Stable hash of an options mapping (key order does not matter)."""
+    return _sha256(json.dumps(options, sort_keys=True, default=str).encode("utf-8"))[:16]
+
+
+def document_id(source: str, item_key: str) -> str:
+    """Deterministic document id: the same source item always maps to the same id."""
+    return _sha256(f"{source}\x1f{item_key}".encode())[:24]
+
+
+def chunk_id(doc_id: str, sequence: int) -> str:
+    """Deterministic chunk id from the document id and the chunk's position in it."""
+    return f"{doc_id}-{sequence:05d}"
+
+
+# --------------------------------------------------------------------------- changes
+
+
+class ChangeKind(StrEnum):
+    NEW = "new"
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEvidence:
+    """What a source told us about an item's version. Any field may be absent."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    modified_time: str | None = None
+    revision: str | None = None
+    content_hash: str | None = None
+
+    def to_dict(self) -> dict[str, str]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> VersionEvidence:
+        data = data or {}
+        return cls(**{f.name: data.get(f.name) for f in fields(cls)})
+
+    def with_hash(self, digest: str) -> VersionEvidence:
+        return VersionEvidence(
+            etag=self.etag,
+            last_modified=self.last_modified,
+            modified_time=self.modified_time,
+            revision=self.revision,
+            content_hash=digest,
+        )
+
+
+@dataclass(slots=True)
+class Change:
+    """One item a connector reports during discovery.
+
+    ``staged_path`` is set when discovery already downloaded the bytes (a crawler must read a
+    page to find its links); ``fetch`` then reads them from staging instead of the network.
+    """
+
+    item_key: str
+    kind: ChangeKind
+    version: VersionEvidence = field(default_factory=VersionEvidence)
+    url: str | None = None
+    title: str | None = None
+    reason: str | None = None
+    staged_path: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "item_key": self.item_key,
+            "kind": self.kind.value,
+            "version": self.version.to_dict(),
+            "url": self.url,
+            "title": self.title,
+            "reason": self.reason,
+            "staged_path": self.staged_path,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Change:
+        return cls(
+            item_key=data["item_key"],
+            kind=ChangeKind(data["kind"]),
+            version=VersionEvidence.from_dict(data.get("version")),
+            url=data.get("url"),
+            title=data.get("title"),
+            reason=data.get("reason"),
+            staged_path=data.get("staged_path"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+# --------------------------------------------------------------------------- raw documents
+
+
+@dataclass(slots=True)
+class RawDocument:
+    """Bytes as the source delivered them, plus what we know about them."""
+
+    item_key: str
+    data: bytes
+    file_name: str
+    media_type: str | None = None
+    url: str | None = None
+    title: str | None = None
+    version: VersionEvidence = field(default_factory=VersionEvidence)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "item_key": self.item_key,
+            "data_b64": base64.b64encode(self.data).decode("ascii"),
+            "file_name": self.file_name,
+            "media_type": self.media_type,
+            "url": self.url,
+            "title": self.title,
+            "version": self.version.to_dict(),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RawDocument:
+        return cls(
+            item_key=data["item_key"],
+            data=base64.b64decode(data["data_b64"]),
+            file_name=data["file_name"],
+            media_type=data.get("media_type"),
+            url=data.get("url"),
+            title=data.get("title"),
+            version=VersionEvidence.from_dict(data.get("version")),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+# --------------------------------------------------------------------------- parsed documents
+
+
+class BlockKind(StrEnum):
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    TABLE = "table"
+    LIST = "list"
+    CODE = "code"
+
+
+@dataclass(slots=True)
+class Position:
+    """Where a block sits in its source. Fill what the format has; leave the rest None.
+
+    ``bbox`` is (x0, top, x1, bottom) in PDF points; ``row``/``line`` are 1-based;
+    ``path`` is an element path (``/html/body/main/p[3]``, ``$.items[2].name``).
+    """
+
+    page: int | None = None
+    bbox: tuple[float, float, float, float] | None = None
+    sheet: str | None = None
+    row: int | None = None
+    line: int | None = None
+    slide: int | None = None
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if k == "bbox" else v) for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Position:
+        bbox = data.get("bbox")
+        return cls(
+            page=data.get("page"),
+            bbox=tuple(bbox) if bbox else None,  # type: ignore[arg-type]
+            sheet=data.get("sheet"),
+            row=data.get("row"),
+            line=data.get("line"),
+            slide=data.get("slide"),
+            path=data.get("path"),
+        )
+
+
+@dataclass(slots=True)
+class Block:
+    """One ordered unit of a parsed document.
+
+    ``text`` is always the block's full plain text (for a table: its rows joined with tabs and
+    newlines), so a consumer that ignores structure loses nothing. Tables additionally carry
+    ``rows`` (a list of rows of cell strings) and ``header`` (the header row or None).
+    ``heading_path`` is the chain of enclosing headings, outermost first.
+    """
+
+    kind: BlockKind
+    text: str
+    level: int | None = None
+    heading_path: list[str] = field(default_factory=list)
+    positions: list[Position] = field(default_factory=list)
+    rows: list[list[str]] | None = None
+    header: list[str] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind.value, "text": self.text}
+        if self.level is not None:
+            out["level"] = self.level
+        if self.heading_path:
+            out["heading_path"] = self.heading_path
+        if self.positions:
+            out["positions"] = [p.to_dict() for p in self.positions]
+        if self.rows is not None:
+            out["rows"] = self.rows
+        if self.header is not None:
+            out["header"] = self.header
+        if self.metadata:
+            out["metadata"] = self.metadata
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Block:
+        return cls(
+            kind=BlockKind(data["kind"]),
+            text=data["text"],
+            level=data.get("level"),
+            heading_path=list(data.get("heading_path") or []),
+            positions=[Position.from_dict(p) for p in data.get("positions") or []],
+            rows=data.get("rows"),
+            header=data.get("header"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+@dataclass(slots=True)
+class ParsedDocument:
+    """A parser's output: ordered blocks plus document metadata (title, author, language...)."""
+
+    blocks: list[Block]
+    title: str | None = None
+    media_type: str | None = None
+    parser: str | None = None
+    parser_version: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.blocks)
+
+    def content_hash(self) -> str:
+        return content_hash(self.text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "blocks": [b.to_dict() for b in self.blocks],
+            "title": self.title,
+            "media_type": self.media_type,
+            "parser": self.parser,
+            "parser_version": self.parser_version,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ParsedDocument:
+        return cls(
+            blocks=[Block.from_dict(b) for b in data.get("blocks") or []],
+            title=data.get("title"),
+            media_type=data.get("media_type"),
+            parser=data.get("parser"),
+            parser_version=data.get("parser_version"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+class ParseErrorCode(StrEnum):
+    UNSUPPORTED = "unsupported"
+    ENCRYPTED = "encrypted"
+    CORRUPT = "corrupt"
+    TOO_LARGE = "too_large"
+    BOMB = "bomb"
+    TIMEOUT = "timeout"
+    EMPTY = "empty"
+
+
+class ParseError(Exception):
+    """A document could not be parsed. Recorded for that document; never fails a batch."""
+
+    def __init__(self, code: ParseErrorCode | str, message: str) -> None:
+        self.code = ParseErrorCode(code)
+        self.message = message
+        super().__init__(f"{self.code.value}: {message}")
+
+
+# --------------------------------------------------------------------------- chunks
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What the index stores and a retriever returns."""
+
+    chunk_id: str
+    doc_id: str
+    sequence: int
+    text: str
+    token_count: int
+    content_hash: str
+    heading_path: list[str] = field(default_factory=list)
+    positions: list[Position] = field(default_factory=list)
+    kind: str = "text"  # "text" or "table"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "sequence": self.sequence,
+            "text": self.text,
+            "token_count": self.token_count,
+            "content_hash": self.content_hash,
+            "heading_path": self.heading_path,
+            "positions": [p.to_dict() for p in self.positions],
+            "kind": self.kind,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Chunk:
+        return cls(
+            chunk_id=data["chunk_id"],
+            doc_id=data["doc_id"],
+            sequence=data["sequence"],
+            text=data["text"],
+            token_count=data["token_count"],
+            content_hash=data["content_hash"],
+            heading_path=list(data.get("heading_path") or []),
+            positions=[Position.from_dict(p) for p in data.get("positions") or []],
+            kind=data.get("kind", "text"),
+            metadata=dict(data.get("metadata") or {}),
+        )

@@ -1,0 +1,53 @@
+"""Chunker registry: name -> pure ``(ParsedDocument, doc_id, options) -> list[Chunk]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from include.contract import Chunk, ParsedDocument, options_hash
+
+__all__ = ["ChunkerSpec", "register_chunker", "get_chunker", "chunk_document"]
+
+ChunkerFn = Callable[[ParsedDocument, str, Mapping[str, Any]], list[Chunk]]
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkerSpec:
+    name: str
+    version: str
+    fn: ChunkerFn
+
+
+_CHUNKERS: dict[str, ChunkerSpec] = {}
+
+
+def register_chunker(name: str, version: str) -> Callable[[ChunkerFn], ChunkerFn]:
+    def deco(fn: ChunkerFn) -> ChunkerFn:
+        _CHUNKERS[name] = ChunkerSpec(name, version, fn)
+        return fn
+
+    return deco
+
+
+def get_chunker(name: str) -> ChunkerSpec:
+    import plugins.chunkers  # noqa: F401  (registers the built-ins)
+
+    try:
+        return _CHUNKERS[name]
+    except KeyError:
+        raise KeyError(f"unknown chunker {name!r}; known: {sorted(_CHUNKERS)}") from None
+
+
+def chunk_document(
+    doc: ParsedDocument, doc_id: str, name: str = "token", options: Mapping[str, Any] | None = None
+) -> list[Chunk]:
+    """Chunk ``doc``; every chunk is stamped with the chunker's name and options hash (lineage)."""
+    spec = get_chunker(name)
+    opts = dict(options or {})
+    chunks = spec.fn(doc, doc_id, opts)
+    stamp = {"chunker": spec.name, "chunker_version": spec.version, "chunker_options_hash": options_hash(opts)}
+    for c in chunks:
+        c.metadata.update(stamp)
+    return chunks

@@ -1,0 +1,10 @@
+"""Parsers: pure ``bytes -> ParsedDocument`` functions, one module per format family.
+
+Importing this package registers every built-in parser with the registry.
+"""
+
+from plugins.parsers.registry import ParseContext, get_parser, parse_document, register_parser, sniff_media_type
+
+__all__ = ["ParseContext", "get_parser", "parse_document", "register_parser", "sniff_media_type"]
+
+# Built-in parser modules register themselves on import (keep this list sorted).
