@@ -91,6 +91,9 @@ class Connector(abc.ABC):
     """Base class: subclasses set ``kind`` and are registered with :func:`register_connector`."""
 
     kind: ClassVar[str]
+    # Dotted path of an operator that replaces the generic fetch task (e.g. a deferrable one
+    # that waits for exports in the triggerer). Same input and output manifests as the generic one.
+    fetch_operator: ClassVar[str | None] = None
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         self.source = source
