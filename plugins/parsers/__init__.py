@@ -8,3 +8,6 @@ from plugins.parsers.registry import ParseContext, get_parser, parse_document, r
 __all__ = ["ParseContext", "get_parser", "parse_document", "register_parser", "sniff_media_type"]
 
 # Built-in parser modules register themselves on import (keep this list sorted).
+from plugins.parsers import html  # noqa: F401  isort: skip
+from plugins.parsers import markdown  # noqa: F401  isort: skip
+from plugins.parsers import text  # noqa: F401  isort: skip

@@ -16,7 +16,7 @@ from typing import Any
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
 
-__all__ = ["ParseContext", "ParserSpec", "register_parser", "get_parser", "parse_document", "sniff_media_type"]
+__all__ = ["ParseContext", "ParserSpec", "get_parser", "parse_document", "register_parser", "sniff_media_type"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,332 @@
+"""Shared parser helpers: text decoding, limits and time budgets, block building, safe XML.
+
+Everything here is pure; parsers import what they need. Private to the parsers package.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lxml import etree
+
+from include.contract import Block, BlockKind, ParseError, ParseErrorCode, Position
+
+__all__ = [
+    "BlockBuilder",
+    "Deadline",
+    "Limits",
+    "charset_from_content_type",
+    "clean_text",
+    "decode_text",
+    "normalise_charset",
+    "parse_xml",
+    "safe_xml_parser",
+]
+
+MiB = 1024 * 1024
+
+# --------------------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Caps that keep one hostile document from taking the worker down.
+
+    Read from parser options, flat (``{"max_rows": 10}``) or under ``"limits"``.
+    """
+
+    max_bytes: int = 256 * MiB
+    max_pages: int = 5_000
+    max_rows: int = 1_000_000
+    max_blocks: int = 2_000_000
+    zip_max_entries: int = 100_000
+    zip_max_uncompressed: int = 512 * MiB
+    # compression ratio beyond which a single zip member counts as a bomb
+    zip_max_ratio: float = 200.0
+    xml_max_depth: int = 256
+    time_budget_s: float = 120.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
+        options = options or {}
+        merged: dict[str, Any] = {}
+        nested = options.get("limits")
+        if isinstance(nested, Mapping):
+            merged.update(nested)
+        for f in fields(cls):
+            if f.name in options:
+                merged[f.name] = options[f.name]
+        if "time_budget" in merged and "time_budget_s" not in merged:
+            merged["time_budget_s"] = merged.pop("time_budget")
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: type(getattr(cls, k))(v) for k, v in merged.items() if k in known})
+
+    def check_size(self, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            raise ParseError(ParseErrorCode.TOO_LARGE, f"{len(data)} bytes exceeds the {self.max_bytes}-byte cap")
+
+
+@dataclass(slots=True)
+class Deadline:
+    """Cooperative per-document time budget: parsers call :meth:`check` in their loops."""
+
+    seconds: float
+    started: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any] | None) -> Deadline:
+        return cls(Limits.from_options(options).time_budget_s)
+
+    @property
+    def remaining(self) -> float:
+        return self.seconds - (time.monotonic() - self.started)
+
+    def check(self, where: str = "") -> None:
+        if time.monotonic() - self.started > self.seconds:
+            suffix = f" ({where})" if where else ""
+            raise ParseError(ParseErrorCode.TIMEOUT, f"time budget of {self.seconds:g}s exceeded{suffix}")
+
+
+# --------------------------------------------------------------------------- decoding
+
+# WHATWG's label mapping in brief: browsers decode these labels with the superset codec, and
+# so must we, or pages declared "gb2312" but using GBK-only characters decode wrongly.
+_CHARSET_ALIASES = {
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+    "x-gbk": "gb18030",
+    "cp936": "gb18030",
+    "big5": "big5hkscs",
+    "big5-hkscs": "big5hkscs",
+    "shift_jis": "cp932",
+    "shift-jis": "cp932",
+    "sjis": "cp932",
+    "x-sjis": "cp932",
+    "ms_kanji": "cp932",
+    "windows-31j": "cp932",
+    "euc-kr": "cp949",
+    "ks_c_5601-1987": "cp949",
+    "iso-8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "us-ascii": "cp1252",
+    "ascii": "cp1252",
+    "iso-8859-9": "cp1254",
+    "tis-620": "cp874",
+    "unicode": "utf-16",
+    "utf8": "utf-8",
+}
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le"),
+    (codecs.BOM_UTF32_BE, "utf-32-be"),
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+
+_CT_CHARSET = re.compile(r"""charset\s*=\s*["']?([A-Za-z0-9_.:\-]+)""", re.I)
+
+
+def normalise_charset(label: str | None) -> str | None:
+    """A Python codec name for a charset label, or None when the label is unknown."""
+    if not label:
+        return None
+    label = label.strip().strip("\"'").lower()
+    label = _CHARSET_ALIASES.get(label, label)
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    return _CHARSET_ALIASES.get(name, name)
+
+
+def charset_from_content_type(content_type: str | None) -> str | None:
+    if not content_type:
+        return None
+    m = _CT_CHARSET.search(content_type)
+    return normalise_charset(m.group(1)) if m else None
+
+
+def _bom(data: bytes) -> tuple[str, int] | None:
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return codec, len(bom)
+    return None
+
+
+def decode_text(data: bytes, declared_type: str | None = None, hints: tuple[str | None, ...] = ()) -> tuple[str, str]:
+    """Decode ``data``: BOM, then the declared charset, then in-document hints, then detection.
+
+    The BOM wins over the transport header (as in browsers): a file that starts with one was
+    written in that encoding whatever the server claims. Returns ``(text, codec)``.
+    """
+    bom = _bom(data)
+    if bom:
+        codec, skip = bom
+        return data[skip:].decode(codec, errors="replace"), codec
+    candidates: list[str] = []
+    for label in (charset_from_content_type(declared_type), *(normalise_charset(h) for h in hints)):
+        if label and label not in candidates:
+            candidates.append(label)
+    for codec in candidates:
+        try:
+            return data.decode(codec), codec
+        except UnicodeDecodeError:
+            continue
+    # Pure ASCII/UTF-8 is by far the common case and a strict decode proves it.
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    detected = _detect(data)
+    if detected:
+        return data.decode(detected, errors="replace"), detected
+    fallback = candidates[0] if candidates else "utf-8"
+    return data.decode(fallback, errors="replace"), fallback
+
+
+def _detect(data: bytes) -> str | None:
+    from charset_normalizer import from_bytes
+
+    # Large files: detection on a prefix is as good and much faster.
+    best = from_bytes(data[: 512 * 1024]).best()
+    if best is None:
+        return None
+    return normalise_charset(best.encoding)
+
+
+# --------------------------------------------------------------------------- text helpers
+
+_WS = re.compile(r"[ \t\r\n\f\v\u00a0\u200b]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clean_text(text: str, keep_newlines: bool = False) -> str:
+    """Fold whitespace runs (optionally keeping line breaks) and drop control characters."""
+    text = _CONTROL.sub("", text)
+    if not keep_newlines:
+        return _WS.sub(" ", text).strip()
+    lines = (_WS.sub(" ", line).strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class BlockBuilder:
+    """Accumulates blocks in document order and tracks the heading path.
+
+    A heading block's ``heading_path`` ends with the heading itself; every other block carries
+    the chain of headings it sits under.
+    """
+
+    def __init__(self, max_blocks: int = Limits.max_blocks) -> None:
+        self.blocks: list[Block] = []
+        self._stack: list[tuple[int, str]] = []
+        self._max_blocks = max_blocks
+
+    @property
+    def heading_path(self) -> list[str]:
+        return [text for _, text in self._stack]
+
+    def _append(self, block: Block) -> Block:
+        if len(self.blocks) >= self._max_blocks:
+            raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {self._max_blocks} blocks")
+        self.blocks.append(block)
+        return block
+
+    def heading(self, text: str, level: int, positions: list[Position] | None = None, **metadata: Any) -> Block | None:
+        text = clean_text(text)
+        if not text:
+            return None
+        level = max(1, min(int(level), 9))
+        while self._stack and self._stack[-1][0] >= level:
+            self._stack.pop()
+        self._stack.append((level, text))
+        return self._append(
+            Block(
+                BlockKind.HEADING,
+                text,
+                level=level,
+                heading_path=self.heading_path,
+                positions=positions or [],
+                metadata=metadata,
+            )
+        )
+
+    def add(
+        self,
+        kind: BlockKind,
+        text: str,
+        positions: list[Position] | None = None,
+        rows: list[list[str]] | None = None,
+        header: list[str] | None = None,
+        level: int | None = None,
+        **metadata: Any,
+    ) -> Block | None:
+        if not text or not text.strip():
+            return None
+        return self._append(
+            Block(
+                kind,
+                text,
+                level=level,
+                heading_path=self.heading_path,
+                positions=positions or [],
+                rows=rows,
+                header=header,
+                metadata=metadata,
+            )
+        )
+
+    def paragraph(self, text: str, positions: list[Position] | None = None, **metadata: Any) -> Block | None:
+        return self.add(BlockKind.PARAGRAPH, clean_text(text, keep_newlines=True), positions, **metadata)
+
+    def table(
+        self,
+        rows: list[list[str]],
+        header: list[str] | None,
+        positions: list[Position] | None = None,
+        **metadata: Any,
+    ) -> Block | None:
+        rows = [r for r in rows if any(c.strip() for c in r)]
+        if not rows and not (header and any(h.strip() for h in header)):
+            return None
+        lines = ["\t".join(header)] if header else []
+        lines += ["\t".join(r) for r in rows]
+        return self.add(BlockKind.TABLE, "\n".join(lines), positions, rows=rows, header=header, **metadata)
+
+
+def table_text(rows: list[list[str]]) -> str:
+    return "\n".join("\t".join(r) for r in rows)
+
+
+# --------------------------------------------------------------------------- safe XML
+
+
+def safe_xml_parser(**kwargs: Any) -> etree.XMLParser:
+    """An XML parser that never resolves entities, never touches the network, keeps limits on."""
+    return etree.XMLParser(
+        resolve_entities=False, no_network=True, huge_tree=False, load_dtd=False, dtd_validation=False, **kwargs
+    )
+
+
+def parse_xml(data: bytes, what: str = "XML", max_depth: int | None = None) -> etree._Element:
+    """Parse untrusted XML safely; malformed or over-deep input becomes ``ParseError(corrupt)``."""
+    try:
+        root = etree.fromstring(data, safe_xml_parser())
+    except etree.XMLSyntaxError as exc:
+        # libxml2 refuses depth > 256 without huge_tree: report it as what it is.
+        code = (
+            ParseErrorCode.BOMB if "depth" in str(exc).lower() or "nest" in str(exc).lower() else ParseErrorCode.CORRUPT
+        )
+        raise ParseError(code, f"{what}: {exc}") from exc
+    if root is None:
+        raise ParseError(ParseErrorCode.CORRUPT, f"{what}: empty document")
+    return root

@@ -1,0 +1,201 @@
+"""Markdown (markdown-it-py, CommonMark + tables + strikethrough) to blocks.
+
+Headings keep their level, lists their nesting and numbering, tables their header row, fences
+their info string as ``language``. YAML front matter becomes document metadata. Paragraphs that
+contain math (``$...$``, ``\\(...\\)``, ``\\[...\\]``) keep their source text verbatim, because
+CommonMark would read ``_`` and ``*`` inside formulas as emphasis and eat characters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+from lxml import html as lxml_html
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
+from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
+from plugins.parsers.registry import ParseContext, register_parser
+
+__all__ = ["parse_markdown"]
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+_MATH = re.compile(r"\$[^$\n]+\$|\$\$|\\\(|\\\[")
+
+
+def _md() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+
+
+def _inline_text(tok: Token) -> str:
+    if _MATH.search(tok.content):
+        return tok.content
+    out: list[str] = []
+    for child in tok.children or []:
+        t = child.type
+        if t in ("text", "code_inline"):
+            out.append(child.content)
+        elif t in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif t == "image":
+            alt = "".join(c.content for c in child.children or []) or child.content
+            if alt:
+                out.append(alt)
+        elif t == "html_inline":
+            continue
+    return "".join(out)
+
+
+def _front_matter(text: str) -> tuple[dict[str, Any], str, int]:
+    m = _FRONT_MATTER.match(text)
+    if not m:
+        return {}, text, 0
+    try:
+        data = yaml.safe_load(m.group(1))
+    except yaml.YAMLError:
+        return {}, text, 0
+    if not isinstance(data, dict):
+        return {}, text, 0
+    # dates and other YAML types become strings so the metadata stays JSON round-trippable
+    meta = json.loads(json.dumps({str(k): v for k, v in data.items()}, default=str))
+    # keep the line count so positions still point at the original file
+    return meta, text[m.end() :], text[: m.end()].count("\n")
+
+
+class _Renderer:
+    def __init__(self, builder: BlockBuilder, deadline: Deadline, line_offset: int) -> None:
+        self.b = builder
+        self.deadline = deadline
+        self.offset = line_offset
+
+    def _pos(self, tok: Token) -> list[Position]:
+        return [Position(line=tok.map[0] + 1 + self.offset)] if tok.map else []
+
+    def render(self, tokens: list[Token]) -> None:
+        i = 0
+        while i < len(tokens):
+            if i % 2000 == 0:
+                self.deadline.check("markdown")
+            tok = tokens[i]
+            t = tok.type
+            if t == "heading_open":
+                self.b.heading(_inline_text(tokens[i + 1]), int(tok.tag[1]), self._pos(tok))
+                i += 3
+            elif t == "paragraph_open":
+                self.b.paragraph(_inline_text(tokens[i + 1]), self._pos(tok))
+                i += 3
+            elif t in ("bullet_list_open", "ordered_list_open"):
+                end = _close(tokens, i)
+                lines: list[str] = []
+                _list(tokens[i + 1 : end], t == "ordered_list_open", tok, 0, lines)
+                self.b.add(BlockKind.LIST, "\n".join(lines), self._pos(tok), ordered=t == "ordered_list_open")
+                i = end + 1
+            elif t == "table_open":
+                end = _close(tokens, i)
+                header, rows = _table(tokens[i:end])
+                self.b.table(rows, header, self._pos(tok))
+                i = end + 1
+            elif t in ("fence", "code_block"):
+                lang = (tok.info or "").strip().split(" ")[0]
+                extra = {"language": lang} if lang else {}
+                self.b.add(BlockKind.CODE, tok.content.rstrip("\n"), self._pos(tok), **extra)
+                i += 1
+            elif t == "html_block":
+                text = _html_text(tok.content)
+                if text:
+                    self.b.paragraph(text, self._pos(tok))
+                i += 1
+            else:  # blockquote_open/close, hr, ...: their paragraphs are rendered individually
+                i += 1
+
+
+def _close(tokens: list[Token], i: int) -> int:
+    """Index of the token closing ``tokens[i]`` (same nesting level)."""
+    level = tokens[i].level
+    closing = tokens[i].type.replace("_open", "_close")
+    for j in range(i + 1, len(tokens)):
+        if tokens[j].type == closing and tokens[j].level == level:
+            return j
+    return len(tokens) - 1
+
+
+def _list(tokens: list[Token], ordered: bool, opener: Token, depth: int, out: list[str]) -> None:
+    n = int(opener.attrGet("start") or 1) - 1 if ordered else 0
+    i = 0
+    first_in_item = False
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type == "list_item_open":
+            n += 1
+            first_in_item = True
+        elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            end = _close(tokens, i)
+            _list(tokens[i + 1 : end], tok.type == "ordered_list_open", tok, depth + 1, out)
+            i = end
+        elif tok.type == "inline" or tok.type in ("fence", "code_block"):
+            text = _inline_text(tok) if tok.type == "inline" else tok.content.rstrip("\n")
+            indent = "  " * depth
+            if first_in_item:
+                marker = f"{n}." if ordered else "-"
+                lines = text.split("\n")
+                out.append(f"{indent}{marker} {lines[0]}")
+                out.extend(f"{indent}  {line}" for line in lines[1:])
+                first_in_item = False
+            else:
+                out.extend(f"{indent}  {line}" for line in text.split("\n"))
+        i += 1
+
+
+def _table(tokens: list[Token]) -> tuple[list[str] | None, list[list[str]]]:
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    current: list[str] = []
+    in_head = False
+    for tok in tokens:
+        if tok.type == "thead_open":
+            in_head = True
+        elif tok.type == "thead_close":
+            in_head = False
+        elif tok.type == "tr_open":
+            current = []
+        elif tok.type == "inline":
+            current.append(clean_text(_inline_text(tok)))
+        elif tok.type == "tr_close":
+            if in_head:
+                header = current
+            else:
+                rows.append(current)
+    return header, rows
+
+
+def _html_text(fragment: str) -> str:
+    try:
+        el = lxml_html.fragment_fromstring(fragment, create_parent="div")
+    except Exception:  # malformed HTML in Markdown: keep the raw text rather than lose it
+        return clean_text(re.sub(r"<[^>]+>", " ", fragment), keep_newlines=True)
+    for bad in el.xpath(".//script|.//style"):
+        bad.drop_tree()
+    return clean_text(el.text_content(), keep_newlines=True)
+
+
+@register_parser("markdown", "1.0", ("text/markdown", "text/x-markdown"), ("md", "markdown", "mdown", "mkd"))
+def parse_markdown(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    text, encoding = decode_text(data, ctx.declared_type)
+    meta, body, offset = _front_matter(text)
+    builder = BlockBuilder(limits.max_blocks)
+    _Renderer(builder, deadline, offset).render(_md().parse(body))
+    if not builder.blocks:
+        raise ParseError(ParseErrorCode.EMPTY, "no text content")
+    title = meta.get("title")
+    if not isinstance(title, str) or not title:
+        first = next((b for b in builder.blocks if b.kind == BlockKind.HEADING), None)
+        title = first.text if first else None
+    meta["encoding"] = encoding
+    return ParsedDocument(blocks=builder.blocks, title=title, media_type="text/markdown", metadata=meta)
