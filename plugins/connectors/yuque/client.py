@@ -1,0 +1,228 @@
+"""A small synchronous Yuque OpenAPI v2 client over httpx.
+
+Every request sends ``X-Auth-Token`` and a ``User-Agent`` (Yuque refuses requests without one),
+takes one unit from the token's shared hourly :class:`RequestBudget`, and maps error bodies
+``{"status", "message"}`` to the typed errors of :mod:`.errors`. 401/403/404/422 are final; 429,
+5xx and transport failures are retried with exponential backoff and jitter, and a 429's
+``Retry-After`` is honoured (capped, so a hostile value cannot park a worker for hours).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from plugins.connectors.yuque.budget import RequestBudget
+from plugins.connectors.yuque.errors import (
+    YuqueBudgetExhausted,
+    YuqueError,
+    YuqueRateLimitError,
+    YuqueTransportError,
+    error_for_response,
+)
+
+__all__ = ["DEFAULT_USER_AGENT", "DocListing", "YuqueClient", "api_base_url"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_USER_AGENT = "Tributary-Yuque-Sync/0.1 (+https://github.com/tributary)"
+PAGE_LIMIT = 100  # Yuque's hard cap since late 2023; above it the API answers 422
+
+
+def api_base_url(host: str) -> str:
+    """``www.yuque.com`` / ``https://team.yuque.com`` / ``http://127.0.0.1:8080/api/v2`` -> API base."""
+    host = host.strip().rstrip("/")
+    if "://" not in host:
+        host = f"https://{host}"
+    if not host.endswith("/api/v2"):
+        host = f"{host}/api/v2"
+    return host
+
+
+@dataclass(slots=True)
+class DocListing:
+    """All records of one doc listing, and whether the walk provably saw every one."""
+
+    records: list[Any] = field(default_factory=list)
+    total: int | None = None
+    complete: bool = True
+    reason: str | None = None
+
+
+def _retryable(exc: BaseException) -> bool:
+    # an exhausted budget refills on the hour: waiting inside a task would only hold a worker
+    return isinstance(exc, YuqueError) and exc.retryable and not isinstance(exc, YuqueBudgetExhausted)
+
+
+class YuqueClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        user_agent: str = DEFAULT_USER_AGENT,
+        timeout: float = 30.0,
+        max_attempts: int = 4,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 8.0,
+        max_retry_after: float = 60.0,
+        budget: RequestBudget | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not token:
+            raise ValueError("a Yuque token is required")
+        self.base_url = api_base_url(base_url)
+        self.budget = budget
+        self._max_attempts = max_attempts
+        self._max_retry_after = max_retry_after
+        self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max, jitter=backoff_initial)
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={
+                "X-Auth-Token": token,
+                "User-Agent": user_agent or DEFAULT_USER_AGENT,
+                "Accept": "application/json",
+            },
+            timeout=timeout,
+            follow_redirects=False,
+        )
+
+    # ------------------------------------------------------------------ transport
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, YuqueRateLimitError) and exc.retry_after is not None:
+            return min(exc.retry_after, self._max_retry_after)
+        return self._backoff(state)
+
+    def _send(self, path: str, params: dict[str, Any] | None) -> Any:
+        if self.budget is not None:
+            self.budget.acquire()
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise YuqueTransportError(f"Yuque request failed: {type(exc).__name__}") from exc
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            raise error_for_response(
+                response.status_code, body if body is not None else response.text, response.headers
+            )
+        if not isinstance(body, dict) or "data" not in body:
+            raise YuqueTransportError(f"Yuque answered {response.status_code} without a JSON 'data' envelope")
+        return body
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """GET ``path`` (relative to /api/v2) and return the JSON envelope ``{"data", "meta"?}``."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self._max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            sleep=self._sleep,
+            reraise=True,
+            before_sleep=lambda s: log.info(
+                "Yuque %s failed (%s); retry %d", path, type(s.outcome.exception()).__name__, s.attempt_number
+            ),
+        )
+        return retrying(self._send, path, params)
+
+    # ------------------------------------------------------------------ endpoints
+
+    def get_user(self) -> dict[str, Any]:
+        return self.get("/user")["data"]
+
+    def get_repo(self, ref: str | int) -> dict[str, Any]:
+        return self.get(f"/repos/{ref}")["data"]
+
+    def iter_repos(self, login: str, *, group: bool = False) -> Iterator[Any]:
+        """Every repo of a user or group, paging until a short page."""
+        route = "groups" if group else "users"
+        offset = 0
+        while True:
+            page = self.get(f"/{route}/{login}/repos", {"offset": offset, "limit": PAGE_LIMIT})["data"]
+            if not isinstance(page, list):
+                raise YuqueTransportError("repo listing 'data' is not a list")
+            yield from page
+            if len(page) < PAGE_LIMIT:
+                return
+            offset += len(page)
+
+    def list_docs(self, repo: str | int, *, deleted: bool = False, page_size: int = PAGE_LIMIT) -> DocListing:
+        """Page through a repo's docs with offset/limit until exhausted, checked against meta.total.
+
+        The listing is *complete* only if the number of distinct ids seen equals the final
+        ``meta.total``: docs created or deleted while we page shift offsets, and a walk that may
+        have missed one must not be used to infer deletions.
+        """
+        page_size = min(max(1, page_size), PAGE_LIMIT)
+        listing = DocListing()
+        seen: set[Any] = set()
+        offset = 0
+        params: dict[str, Any] = {"limit": page_size}
+        if deleted:
+            params["deleted"] = "true"
+        while True:
+            envelope = self.get(f"/repos/{repo}/docs", {**params, "offset": offset})
+            page = envelope.get("data")
+            meta = envelope.get("meta") if isinstance(envelope.get("meta"), dict) else {}
+            total = meta.get("total")
+            listing.total = total if isinstance(total, int) else None
+            if not isinstance(page, list):
+                raise YuqueTransportError("doc listing 'data' is not a list")
+            for record in page:
+                listing.records.append(record)
+                seen.add(record.get("id") if isinstance(record, dict) else id(record))
+            offset += len(page)
+            if len(page) < page_size or (listing.total is not None and offset >= listing.total):
+                break
+        if listing.total is not None and len(seen) != listing.total:
+            listing.complete = False
+            listing.reason = f"saw {len(seen)} distinct docs, meta.total says {listing.total}"
+        return listing
+
+    def get_doc(self, repo: str | int, doc: str | int, **params: Any) -> dict[str, Any]:
+        return self.get(f"/repos/{repo}/docs/{doc}", params or None)["data"]
+
+    def iter_table_records(self, repo: str | int, doc: str | int, first: dict[str, Any]) -> Iterator[Any]:
+        """Rows of a data table: the detail already holds page 1 of ``body_table``; page the rest."""
+        import json
+
+        page_data = first
+        # keep the server's page size: a different size would misalign pages 2..n with page 1
+        size = first.get("pageSize") if isinstance(first.get("pageSize"), int) else 100
+        page = first.get("page") if isinstance(first.get("page"), int) else 1
+        seen = 0
+        while True:
+            records = page_data.get("records") or []
+            yield from records
+            seen += len(records)
+            total = page_data.get("totalCount")
+            if not records or not isinstance(total, int) or seen >= total:
+                return
+            page += 1
+            detail = self.get_doc(repo, doc, page=page, page_size=size)
+            page_data = json.loads(detail.get("body_table") or "{}")
+
+    def get_toc(self, repo: str | int) -> list[Any]:
+        data = self.get(f"/repos/{repo}/toc")["data"]
+        return data if isinstance(data, list) else []
+
+    def close(self) -> None:
+        self._http.close()
+        if self.budget is not None:
+            self.budget.close()
+
+    def __enter__(self) -> YuqueClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
