@@ -1,0 +1,112 @@
+"""The crawler's own memory of pages: outlinks and validators per fetched URL.
+
+A 304 answer has no body, yet the crawl must go on through that page's links, or a no-change
+recrawl would stop at the seed. So every page's outlinks are kept here (SQLite, one file per
+source under ``$TRIBUTARY_HOME/web-cache/``) together with the validators of the version they
+were read from. On 304 the links are used only if the stored validators are the ones we sent;
+otherwise (cache lost or out of step) the page is fetched again unconditionally.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["CachedPage", "LinkCache"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pages (
+    url TEXT PRIMARY KEY,
+    item_key TEXT NOT NULL,
+    etag TEXT,
+    last_modified TEXT,
+    content_type TEXT,
+    links TEXT NOT NULL,
+    noindex INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL
+)
+"""
+
+
+@dataclass(slots=True)
+class CachedPage:
+    url: str
+    item_key: str
+    etag: str | None
+    last_modified: str | None
+    content_type: str | None
+    links: list[str] = field(default_factory=list)
+    noindex: bool = False
+
+    def matches(self, etag: str | None, last_modified: str | None) -> bool:
+        """Were these links read from the version identified by these validators?"""
+        if etag is None and last_modified is None:
+            return False
+        return (etag is None or etag == self.etag) and (last_modified is None or last_modified == self.last_modified)
+
+
+class LinkCache:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+        self._pending: list[tuple] = []
+
+    def get(self, url: str) -> CachedPage | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT url, item_key, etag, last_modified, content_type, links, noindex FROM pages WHERE url = ?",
+                (url,),
+            ).fetchone()
+        if row is None:
+            return None
+        return CachedPage(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), bool(row[6]))
+
+    def put(self, page: CachedPage) -> None:
+        # Buffered: written in one transaction by flush(), so a large crawl does not pay one
+        # fsync per page.
+        with self._lock:
+            self._pending.append(
+                (
+                    page.url,
+                    page.item_key,
+                    page.etag,
+                    page.last_modified,
+                    page.content_type,
+                    json.dumps(page.links),
+                    int(page.noindex),
+                    time.time(),
+                )
+            )
+            if len(self._pending) >= 500:
+                self._flush_locked()
+
+    def forget(self, url: str) -> None:
+        with self._lock:
+            self._flush_locked()
+            self._db.execute("DELETE FROM pages WHERE url = ?", (url,))
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if not self._pending:
+            return
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self._pending)
+        self._db.execute("COMMIT")
+        self._pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        with self._lock:
+            self._db.close()

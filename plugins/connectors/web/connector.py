@@ -1,0 +1,207 @@
+"""``kind: web`` — a polite, incremental, SSRF-safe breadth-first crawler of one site.
+
+Example source::
+
+    - kind: web
+      name: docs
+      conn_id: docs_site          # optional: headers / cookies / basic auth for a login
+      delete_after_missing_runs: 2
+      options:
+        seeds: ["https://docs.example.com/"]
+        max_pages: 5000
+        delay_seconds: 1.0
+
+Secrets come from the Airflow Connection ``conn_id``: ``login``/``password`` become HTTP basic
+auth, ``extra`` may hold ``{"headers": {...}, "cookies": {...}}``. They are sent only to the
+source's own hosts (redirects out of scope are refused) and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import posixpath
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from include.config import SourceConfig
+from include.contract import Change, RawDocument
+from include.settings import get_settings
+from plugins.connectors.base import (
+    Connector,
+    ConnectorContext,
+    Discovery,
+    DiscoveryRequest,
+    FetchError,
+    register_connector,
+)
+from plugins.connectors.web.cache import LinkCache
+from plugins.connectors.web.crawler import Crawler
+from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
+from plugins.connectors.web.options import WebOptions
+from plugins.connectors.web.politeness import make_politeness
+from plugins.connectors.web.ssrf import AddressGuard
+
+__all__ = ["WebConnector"]
+
+T = TypeVar("T")
+
+_EXTENSION_FOR = {
+    "text/html": ".html",
+    "application/xhtml+xml": ".html",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/csv": ".csv",
+    "application/pdf": ".pdf",
+}
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from synchronous code, even inside a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def file_name_for(url: str, content_type: str | None) -> str:
+    """A file name for the parser registry: the URL's last path segment, or ``index.html``."""
+    name = unquote(posixpath.basename(urlsplit(url).path.rstrip("/") if urlsplit(url).path != "/" else ""))
+    media = (content_type or "").split(";")[0].strip().lower()
+    if not name:
+        return "index" + _EXTENSION_FOR.get(media, ".html")
+    if "." not in name and media in _EXTENSION_FOR:
+        name += _EXTENSION_FOR[media]
+    return name
+
+
+@register_connector
+class WebConnector(Connector):
+    kind = "web"
+
+    def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
+        super().__init__(source, context)
+        self.options = WebOptions.model_validate(source.options)
+
+    # ------------------------------------------------------------------ wiring
+
+    def _credentials(self) -> tuple[dict[str, str], dict[str, str], tuple[str, str] | None]:
+        """Headers, cookies and basic auth from the Airflow Connection, read lazily so that
+        importing DAGs never touches Airflow's secrets backends."""
+        if not self.source.conn_id:
+            return {}, {}, None
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(self.source.conn_id)
+        extra = conn.extra_dejson or {}
+        headers = {str(k): str(v) for k, v in (extra.get("headers") or {}).items()}
+        cookies = {str(k): str(v) for k, v in (extra.get("cookies") or {}).items()}
+        auth = (conn.login, conn.password or "") if conn.login else None
+        return headers, cookies, auth
+
+    def _redis_url(self) -> str | None:
+        if self.options.redis_url is not None:
+            return self.options.redis_url or None
+        return self.context.redis_url or get_settings().redis_url
+
+    def _cache_path(self) -> Path:
+        if self.options.cache_path:
+            return Path(self.options.cache_path)
+        return get_settings().home / "web-cache" / f"{self.source.name}.sqlite"
+
+    def _fetcher(self, delay_for: Any = None) -> Fetcher:
+        headers, cookies, auth = self._credentials()
+        o = self.options
+        config = FetcherConfig(
+            user_agent=o.user_agent,
+            timeout_seconds=o.timeout_seconds,
+            total_timeout_seconds=o.total_timeout_seconds,
+            max_body_bytes=o.max_body_bytes,
+            max_redirects=o.max_redirects,
+            retries=o.retries,
+            backoff_seconds=o.backoff_seconds,
+            headers={**o.headers, **headers},
+            cookies=cookies,
+            auth=auth,
+        )
+        guard = AddressGuard(allow=o.allowlist, allow_private=o.allow_private_networks)
+        fetcher = Fetcher(config, guard, make_politeness(self._redis_url()))
+        if delay_for is not None:
+            fetcher.delay_for = delay_for
+        else:
+            fetcher.delay_for = lambda host: o.delay_seconds
+        return fetcher
+
+    # ------------------------------------------------------------------ Connector API
+
+    def discover(self, request: DiscoveryRequest) -> Discovery:
+        return _run(self._discover(request))
+
+    async def _discover(self, request: DiscoveryRequest) -> Discovery:
+        fetcher = self._fetcher()
+        cache = LinkCache(self._cache_path())
+        try:
+            known = {} if request.full_resync else request.known
+            crawler = Crawler(self.options, fetcher, cache, known, request.stage, request.max_items)
+            fetcher.delay_for = crawler.delay_for
+            result = await crawler.run()
+        finally:
+            cache.close()
+            await fetcher.politeness.close()
+            await fetcher.aclose()
+        if self.context.log is not None:
+            self.context.log.info("web crawl of %s: %s", self.source.name, result.stats)
+        return Discovery(
+            changes=result.changes,
+            complete=result.complete,
+            all_keys=result.all_keys,
+            stats=result.stats,
+        )
+
+    def fetch(self, change: Change) -> RawDocument:
+        url = change.url or change.item_key
+        content_type = change.metadata.get("content_type")
+        if change.staged_path:
+            from include.staging import StagingArea
+
+            data = StagingArea.read_bytes(change.staged_path)
+        else:
+            data, content_type = _run(self._fetch_live(url))
+        return RawDocument(
+            item_key=change.item_key,
+            data=data,
+            file_name=file_name_for(url, content_type),
+            media_type=content_type,
+            url=url,
+            title=change.title,
+            version=change.version,
+            metadata={k: v for k, v in change.metadata.items() if k in ("content_type", "depth", "requested_url")},
+        )
+
+    async def _fetch_live(self, url: str) -> tuple[bytes, str | None]:
+        """Fetch one URL outside a crawl (a change that was not staged)."""
+        from plugins.connectors.web.urls import Scope
+
+        scope = Scope(self.options.seeds, self.options.scope)
+        fetcher = self._fetcher()
+        try:
+            result = await fetcher.fetch(
+                url, hop_allowed=lambda u: None if scope.in_scope(u) else "redirect_out_of_scope"
+            )
+        finally:
+            await fetcher.politeness.close()
+            await fetcher.aclose()
+        if result.error:
+            transient = result.error.startswith(("timeout", "connect", "network", "dns", "http_5", "http_429"))
+            raise FetchError(f"{url}: {result.message}", reason=result.error, retryable=transient)
+        if not 200 <= result.status < 300:
+            raise FetchError(f"{url}: HTTP {result.status}", reason=f"http_{result.status}", retryable=False)
+        return result.body, result.content_type or None
+
+    def input_dataset(self) -> tuple[str, str]:
+        parts = urlsplit(self.options.seeds[0])
+        return (f"{parts.scheme}://{parts.netloc}", parts.path or "/")

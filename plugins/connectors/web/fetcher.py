@@ -1,0 +1,270 @@
+"""HTTP fetching: manual redirects, SSRF and scope checks at every hop, size cap, retries.
+
+httpx follows redirects itself only if asked; we never ask, so every hop is checked against
+the source's scope and the address guard before a connection is opened. The body is streamed
+and the download aborted once it passes the size limit (decoded size, so a gzip bomb is cut
+too). Retries (tenacity, exponential backoff): network errors, timeouts, 429, 5xx; never
+other 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from plugins.connectors.web.politeness import LocalPoliteness, Politeness
+from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
+from plugins.connectors.web.urls import canonicalize, host_key
+
+__all__ = ["FetchResult", "Fetcher", "FetcherConfig"]
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_RETRY_AFTER_S = 60.0
+
+
+@dataclass(slots=True)
+class FetcherConfig:
+    user_agent: str
+    timeout_seconds: float = 30.0
+    total_timeout_seconds: float = 120.0
+    max_body_bytes: int = 20 * 1024 * 1024
+    max_redirects: int = 5
+    retries: int = 3
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: dict[str, str] = field(default_factory=dict)
+    auth: tuple[str, str] | None = None
+
+
+@dataclass(slots=True)
+class FetchResult:
+    """Outcome of fetching one URL (after redirects and retries).
+
+    ``error`` names the failure kind (``timeout``, ``connect``, ``http_503``, ``too_large``,
+    ``blocked_address``, ``redirect_out_of_scope``, ``too_many_redirects`` ...) when no usable
+    response was obtained; ``skipped`` is set when the response was refused on purpose
+    (``type``: unwanted content type, body not downloaded).
+    """
+
+    requested: str
+    url: str
+    status: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    redirects: list[str] = field(default_factory=list)
+    wire_bytes: int = 0
+    attempts: int = 0
+    error: str | None = None
+    message: str | None = None
+    skipped: str | None = None
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+
+class _Retryable(Exception):
+    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+class _Final(Exception):
+    """A failure retrying cannot fix (blocked address, redirect loop, body too large)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP-date), capped at 60 s."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), _MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, min(when.timestamp() - time.time(), _MAX_RETRY_AFTER_S))
+
+
+class Fetcher:
+    """One per crawl; share it between the crawl's worker tasks."""
+
+    def __init__(
+        self,
+        config: FetcherConfig,
+        guard: AddressGuard,
+        politeness: Politeness | None = None,
+        delay_for: Callable[[str], float] = lambda host: 0.0,
+    ) -> None:
+        self.config = config
+        self.guard = guard
+        self.politeness: Politeness = politeness or LocalPoliteness()
+        self.delay_for = delay_for
+        self.retries = 0
+        headers = {"User-Agent": config.user_agent, **config.headers}
+        if config.cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in config.cookies.items())
+        if config.auth:
+            token = base64.b64encode(f"{config.auth[0]}:{config.auth[1]}".encode()).decode("ascii")
+            headers["Authorization"] = f"Basic {token}"
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout_seconds),
+            follow_redirects=False,
+            trust_env=False,  # proxies from the environment would bypass the address guard
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def fetch(
+        self,
+        url: str,
+        *,
+        conditional: Callable[[str], Mapping[str, str]] = lambda url: {},
+        hop_allowed: Callable[[str], str | None] = lambda url: None,
+        accept: Callable[[str, str], bool] = lambda url, content_type: True,
+    ) -> FetchResult:
+        """Fetch ``url`` (canonical). ``conditional(hop_url)`` gives validator headers for a
+        hop, ``hop_allowed(hop_url)`` returns a refusal reason for a redirect target, and
+        ``accept(url, content_type)`` decides whether a 2xx body is worth downloading."""
+        result = FetchResult(requested=url, url=url)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type((_Retryable, httpx.TransportError, TimeoutError)),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    result.attempts += 1
+                    if result.attempts > 1:
+                        self.retries += 1
+                    await self._fetch_once(result, conditional, hop_allowed, accept)
+        except _Retryable as exc:
+            result.error, result.message = exc.kind, str(exc)
+        except _Final as exc:
+            result.error, result.message = exc.kind, str(exc)
+        except BlockedAddress as exc:
+            result.error, result.message = "blocked_address", str(exc)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            result.error, result.message = "timeout", f"{type(exc).__name__}: {exc}"
+        except httpx.TransportError as exc:
+            kind = "connect" if isinstance(exc, httpx.ConnectError) else "network"
+            result.error, result.message = kind, f"{type(exc).__name__}: {exc}"
+        except OSError as exc:  # name resolution
+            result.error, result.message = "dns", str(exc)
+        return result
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        backoff = min(self.config.backoff_seconds * 2 ** (state.attempt_number - 1), self.config.max_backoff_seconds)
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            # The politeness layer already holds the host until then; waiting here as well
+            # keeps this URL's attempts from queueing ahead of the host's slot.
+            return max(backoff, exc.retry_after)
+        return backoff
+
+    async def _fetch_once(
+        self,
+        result: FetchResult,
+        conditional: Callable[[str], Mapping[str, str]],
+        hop_allowed: Callable[[str], str | None],
+        accept: Callable[[str, str], bool],
+    ) -> None:
+        current = result.requested
+        result.redirects = []
+        async with asyncio.timeout(self.config.total_timeout_seconds):
+            while True:
+                response = await self._send(current, conditional(current))
+                try:
+                    status = response.status_code
+                    if status in _REDIRECTS and "location" in response.headers:
+                        result.wire_bytes += response.num_bytes_downloaded
+                        target = self._redirect_target(current, response.headers["location"])
+                        if len(result.redirects) >= self.config.max_redirects:
+                            raise _Final("too_many_redirects", f"more than {self.config.max_redirects} redirects")
+                        refusal = hop_allowed(target)
+                        if refusal:
+                            raise _Final(refusal, f"redirect from {current} to {target} refused: {refusal}")
+                        result.redirects.append(target)
+                        current = target
+                        continue
+                    result.url, result.status = current, status
+                    result.headers = {k.lower(): v for k, v in response.headers.items()}
+                    if status == 429 or status == 503:
+                        retry_after = parse_retry_after(response.headers.get("retry-after"))
+                        host = host_key(current)
+                        await self.politeness.penalize(host, retry_after, self.delay_for(host))
+                        raise _Retryable(f"http_{status}", f"HTTP {status} from {current}", retry_after)
+                    if status >= 500:
+                        raise _Retryable(f"http_{status}", f"HTTP {status} from {current}")
+                    if 200 <= status < 300:
+                        if not accept(current, response.headers.get("content-type", "")):
+                            result.skipped = "type"
+                            return
+                        result.body = await self._read_capped(response)
+                    result.wire_bytes += response.num_bytes_downloaded
+                    return
+                finally:
+                    await response.aclose()
+
+    @staticmethod
+    def _redirect_target(current: str, location: str) -> str:
+        try:
+            return canonicalize(urljoin(current, location))
+        except ValueError as exc:
+            raise _Final("bad_redirect", f"redirect from {current} to unusable {location!r}") from exc
+
+    async def _send(self, url: str, extra_headers: Mapping[str, str]) -> httpx.Response:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        hostname = parts.hostname or ""
+        addresses = await self.guard.resolve(hostname, port)
+        host = host_key(url)
+        await self.politeness.wait(host, self.delay_for(host))
+        headers = dict(extra_headers)
+        extensions: dict[str, str] = {}
+        target = url
+        address = addresses[0]
+        if address != hostname.strip("[]"):
+            # Connect to the address we checked, not to whatever DNS says a moment later.
+            ip_host = f"[{address}]" if ":" in address else address
+            netloc = ip_host if parts.port is None else f"{ip_host}:{parts.port}"
+            target = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+            headers["Host"] = parts.netloc
+            if parts.scheme == "https":
+                extensions["sni_hostname"] = hostname
+        request = self._client.build_request("GET", target, headers=headers, extensions=extensions)
+        return await self._client.send(request, stream=True)
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = response.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+            raise _Final("too_large", f"Content-Length {declared} over the {limit}-byte limit")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise _Final("too_large", f"body over the {limit}-byte limit")
+            chunks.append(chunk)
+        return b"".join(chunks)

@@ -1,0 +1,73 @@
+"""Options of a web source (``SourceConfig.options`` for ``kind: web``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from plugins.connectors.web.urls import canonicalize
+
+__all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_USER_AGENT", "WebOptions"]
+
+DEFAULT_USER_AGENT = "Tributary/0.1 (+https://github.com/tributary-sync/tributary; knowledge-base sync crawler)"
+
+# What the parser registry can turn into text. Anything else is skipped without downloading
+# the body (images, archives, media).
+DEFAULT_CONTENT_TYPES = [
+    "text/html",
+    "application/xhtml+xml",
+    "text/plain",
+    "text/markdown",
+    "text/x-markdown",
+    "text/csv",
+    "application/pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+]
+
+
+class WebOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: list[str] = Field(min_length=1)
+    scope: Literal["host", "domain"] = "host"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    max_pages: int = Field(default=1000, ge=1)
+    max_depth: int | None = Field(default=None, ge=0)
+    delay_seconds: float = Field(default=1.0, ge=0)
+    concurrency: int = Field(default=4, ge=1, le=64)
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    total_timeout_seconds: float = Field(default=120.0, gt=0)
+    max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    max_redirects: int = Field(default=5, ge=0, le=20)
+    retries: int = Field(default=3, ge=0, le=10)
+    backoff_seconds: float = Field(default=1.0, ge=0)
+    user_agent: str = DEFAULT_USER_AGENT
+    headers: dict[str, str] = Field(default_factory=dict)  # non-secret; secrets go in the Connection
+    allow_private_networks: bool = False
+    allowlist: list[str] = Field(default_factory=list)
+    use_sitemaps: bool = True
+    respect_robots: bool = True
+    content_types: list[str] = Field(default_factory=lambda: list(DEFAULT_CONTENT_TYPES))
+    max_url_length: int = Field(default=2048, ge=64)
+    max_query_params: int = Field(default=12, ge=0)
+    max_segment_repeats: int = Field(default=3, ge=1)
+    log_every: int = Field(default=100, ge=1)
+    # Where the link cache lives; default $TRIBUTARY_HOME/web-cache/<source>.sqlite
+    cache_path: str | None = None
+    # Redis for shared politeness; default TRIBUTARY_REDIS_URL / the connector context's.
+    # "" forces the in-process fallback.
+    redis_url: str | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _canonical_seeds(cls, seeds: list[str]) -> list[str]:
+        return [canonicalize(s) for s in seeds]
+
+    @property
+    def robots_agent(self) -> str:
+        """The product token robots.txt groups are matched against (``Tributary``)."""
+        return self.user_agent.split("/")[0].split()[0]

@@ -1,0 +1,125 @@
+"""SSRF guard: never connect to loopback, private, link-local or metadata addresses.
+
+A crawler follows URLs that strangers wrote. A page (or a redirect) pointing at
+``http://169.254.169.254/`` or ``http://10.0.0.1/admin`` must not make our worker fetch it.
+Every hop's host is resolved and *every* resolved address checked; the fetcher then connects
+to the checked address itself (pinning), so a DNS answer that changes between check and
+connect (rebinding) cannot slip through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["AddressGuard", "BlockedAddress"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Not all of these are flagged by ipaddress' is_private in every Python version.
+_ALWAYS_BLOCKED = [
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "100.64.0.0/10",  # carrier-grade NAT
+        "169.254.0.0/16",  # link-local, cloud metadata (169.254.169.254)
+        "192.0.0.0/24",
+        "198.18.0.0/15",
+        "fd00:ec2::254/128",  # AWS metadata over IPv6
+        "fe80::/10",
+        "fc00::/7",
+    )
+]
+_METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
+
+
+class BlockedAddress(Exception):
+    """The target resolves to an address the source is not allowed to reach."""
+
+    def __init__(self, host: str, address: str, why: str) -> None:
+        super().__init__(f"refusing to connect to {host} ({address}): {why}")
+        self.host = host
+        self.address = address
+        self.why = why
+
+
+def _unmap(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+    return ip
+
+
+def _why_blocked(ip: IPAddress) -> str | None:
+    ip = _unmap(ip)
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local or any(ip in net for net in _ALWAYS_BLOCKED if net.version == ip.version):
+        return "link-local/reserved/metadata"
+    if ip.is_private:
+        return "private network"
+    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return "non-unicast"
+    return None
+
+
+@dataclass(slots=True)
+class AddressGuard:
+    """Resolve a host and check its addresses.
+
+    ``allow`` lists networks (``127.0.0.1``, ``10.1.0.0/16``) or host names that are exempt;
+    ``allow_private`` exempts every private/loopback address (an intranet crawl) but never the
+    link-local metadata range unless that is listed explicitly.
+    """
+
+    allow: Iterable[str] = ()
+    allow_private: bool = False
+    _nets: list[IPNetwork] = field(init=False, default_factory=list)
+    _hosts: set[str] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        for entry in self.allow:
+            try:
+                self._nets.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                self._hosts.add(entry.lower().rstrip("."))
+
+    def check_ip(self, host: str, ip: IPAddress) -> None:
+        if any(_unmap(ip) in net or ip in net for net in self._nets):
+            return
+        why = _why_blocked(ip)
+        if why is None:
+            return
+        if self.allow_private and why in ("private network", "loopback"):
+            return
+        raise BlockedAddress(host, str(ip), why)
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """Addresses to connect to for ``host``, all of them checked; raises BlockedAddress."""
+        name = host.strip("[]").lower().rstrip(".")
+        if name in _METADATA_HOSTS and name not in self._hosts:
+            raise BlockedAddress(host, name, "cloud metadata host name")
+        try:
+            literal = ipaddress.ip_address(name)
+        except ValueError:
+            literal = None
+        if literal is not None:
+            self.check_ip(host, literal)
+            return [str(literal)]
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        if not addresses:
+            raise OSError(f"no address for {host}")
+        exempt = name in self._hosts
+        for address in addresses:
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if not exempt:
+                self.check_ip(host, ip)
+        return addresses
