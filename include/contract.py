@@ -29,10 +29,10 @@ __all__ = [
     "Position",
     "RawDocument",
     "VersionEvidence",
-    "content_hash",
-    "options_hash",
     "chunk_id",
+    "content_hash",
     "document_id",
+    "options_hash",
 ]
 
 

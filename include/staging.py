@@ -34,6 +34,13 @@ class StagingArea:
     def __init__(self, dag_id: str, run_id: str, root: Path | None = None) -> None:
         self.root = Path(root or get_settings().staging_dir) / _safe(dag_id) / _safe(run_id)
 
+    @classmethod
+    def at(cls, root: str | Path) -> StagingArea:
+        """The staging area whose directory is ``root`` (e.g. the parent of a manifest)."""
+        area = cls.__new__(cls)
+        area.root = Path(root)
+        return area
+
     # -- paths -------------------------------------------------------------------------------
     def path(self, name: str) -> Path:
         return self.root / name

@@ -1,0 +1,35 @@
+"""The sync engine: the stages every document travels, independent of Airflow.
+
+discover -> fetch (per batch) -> parse -> chunk -> upsert -> commit -> finish.
+Operators in ``plugins/operators`` call these functions one task each;
+:func:`run_pipeline` runs them all in-process.
+"""
+
+from include.engine.commit import commit_stage, finish_stage
+from include.engine.context import MassDeleteError, RunContext, RunParams, get_source
+from include.engine.discover import discover_stage, open_connector
+from include.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
+from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
+from include.engine.runner import RunSummary, run_pipeline, start_run
+
+__all__ = [
+    "ItemFailure",
+    "MassDeleteError",
+    "RunContext",
+    "RunParams",
+    "RunSummary",
+    "chunk_stage",
+    "commit_stage",
+    "discover_stage",
+    "fetch_stage",
+    "finish_stage",
+    "get_source",
+    "open_connector",
+    "parse_stage",
+    "read_batch",
+    "read_manifest",
+    "run_pipeline",
+    "start_run",
+    "upsert_stage",
+    "write_fetched_manifest",
+]

@@ -1,0 +1,251 @@
+"""Stages 6-7: apply deletions, commit item state, record lineage; then close the run.
+
+Runs only after every batch's upsert finished, so state is committed for exactly the items
+whose index write succeeded. Everything here is idempotent: item rows are replaced, counters
+are written as absolute values computed from the state *before* the run, lineage rows are
+keyed by (run, item).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from include.contract import VersionEvidence, document_id
+from include.engine.context import RunContext, log
+from include.index import IndexBackend
+from include.stores import ItemState, RunItem, StateStore
+
+__all__ = ["commit_stage", "finish_stage"]
+
+
+def _version(data: dict[str, Any] | None) -> VersionEvidence | None:
+    return VersionEvidence.from_dict(data) if data is not None else None
+
+
+def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[], IndexBackend]) -> dict[str, Any]:
+    source = ctx.source
+    sid = source.source_id
+    staging = ctx.staging
+    plan = staging.read_json(staging.path("discover.json"))
+    manifests = [staging.read_json(p) for p in staging.list("upserted")]
+    counts: Counter[str] = Counter()
+    lineage: list[RunItem] = []
+    states: list[ItemState] = []
+    prior_states = store.items(sid)
+
+    if plan["dry_run"]:
+        return _dry_run(ctx, store, plan)
+
+    # 1. deletions: index first, then state.
+    if plan["deletions"]:
+        index = index_factory()
+        try:
+            removed = index.delete_documents(sid, [d["doc_id"] for d in plan["deletions"]])
+        finally:
+            index.close()
+        counts["chunks_deleted"] += removed
+        store.delete_items(sid, [d["item_key"] for d in plan["deletions"]])
+        for d in plan["deletions"]:
+            before = prior_states.get(d["item_key"])
+            lineage.append(
+                RunItem(
+                    item_key=d["item_key"],
+                    action="deleted",
+                    doc_id=d["doc_id"],
+                    reason=d["reason"],
+                    version_before=before.version.to_dict() if before and before.version else None,
+                    chunks_removed=list(d["chunk_ids"]),
+                )
+            )
+        counts["deleted"] += len(plan["deletions"])
+
+    # 2. unchanged items (validators said so at discovery, or the content hash did after parsing)
+    unchanged = list(plan["unchanged"])
+    for m in manifests:
+        unchanged.extend(m["unchanged"])
+    for entry in unchanged:
+        key = entry["change"]["item_key"]
+        st = prior_states.get(key)
+        if st is None:
+            continue
+        before = st.version.to_dict() if st.version else None
+        observed = VersionEvidence.from_dict(entry["change"]["version"])
+        st.version = VersionEvidence(
+            etag=observed.etag or (st.version.etag if st.version else None),
+            last_modified=observed.last_modified or (st.version.last_modified if st.version else None),
+            modified_time=observed.modified_time or (st.version.modified_time if st.version else None),
+            revision=observed.revision or (st.version.revision if st.version else None),
+            content_hash=st.content_hash,
+        )
+        st.last_seen_run, st.missing_runs, st.failure_count = ctx.run_id, 0, 0
+        st.last_error = st.last_error_reason = None
+        states.append(st)
+        lineage.append(
+            RunItem(
+                item_key=key,
+                action="unchanged",
+                doc_id=st.doc_id,
+                reason=entry.get("reason") or entry["change"].get("reason") or "not modified",
+                version_before=before,
+                version_after=st.version.to_dict(),
+                content_hash=st.content_hash,
+                chunks_kept=list(st.chunk_ids),
+            )
+        )
+        counts["unchanged"] += 1
+
+    # 3. written items
+    for m in manifests:
+        for entry in m["items"]:
+            key = entry["change"]["item_key"]
+            before = prior_states.get(key)
+            version = VersionEvidence.from_dict(entry["raw"].get("version") or entry["change"]["version"])
+            version = version.with_hash(entry["content_hash"])
+            action = "new" if before is None or not before.indexed else "changed"
+            states.append(
+                ItemState(
+                    source=sid,
+                    item_key=key,
+                    doc_id=entry["doc_id"],
+                    version=version,
+                    content_hash=entry["content_hash"],
+                    processing_hash=plan["processing_hash"],
+                    chunk_ids=list(entry["chunk_ids"]),
+                    title=entry.get("title"),
+                    url=entry["raw"].get("url"),
+                    last_seen_run=ctx.run_id,
+                    last_indexed_run=ctx.run_id,
+                )
+            )
+            lineage.append(
+                RunItem(
+                    item_key=key,
+                    action=action,
+                    doc_id=entry["doc_id"],
+                    reason="forced re-processing" if entry.get("forced") else None,
+                    version_before=before.version.to_dict() if before and before.version else None,
+                    version_after=version.to_dict(),
+                    content_hash=entry["content_hash"],
+                    byte_size=entry.get("byte_size"),
+                    staged_path=entry.get("raw_path"),
+                    parser=entry.get("parser"),
+                    parser_version=entry.get("parser_version"),
+                    blocks=entry.get("blocks"),
+                    chars=entry.get("chars"),
+                    chunker=entry.get("chunker"),
+                    chunker_options_hash=entry.get("chunker_options_hash"),
+                    chunks_added=entry["chunks_added"],
+                    chunks_kept=entry["chunks_kept"],
+                    chunks_removed=entry["chunks_removed"],
+                    stage_ms=entry.get("stage_ms", {}),
+                )
+            )
+            counts[action] += 1
+            counts["chunks_written"] += entry["written"]
+            counts["chunks_unchanged"] += entry["unchanged_chunks"]
+            counts["chunks_deleted"] += entry["deleted_chunks"]
+
+    # 4. failures: the indexed version (if any) stays; the streak grows once per run.
+    for m in manifests:
+        for failure in m["failures"]:
+            key = failure["item_key"]
+            st = prior_states.get(key) or ItemState(
+                source=sid,
+                item_key=key,
+                doc_id=document_id(sid, key),
+                version=None,
+                content_hash=None,
+                processing_hash=None,
+                chunk_ids=[],
+            )
+            if st.last_failure_run != ctx.run_id:
+                st.failure_count += 1
+            st.last_failure_run = ctx.run_id
+            st.last_error, st.last_error_reason = failure["error"][:2000], failure["reason"]
+            st.last_seen_run = ctx.run_id
+            states.append(st)
+            lineage.append(
+                RunItem(
+                    item_key=key,
+                    action="failed",
+                    doc_id=st.doc_id,
+                    reason=f"{failure['stage']}: {failure['reason']}",
+                    version_before=st.version.to_dict() if st.version else None,
+                    error=failure["error"][:2000],
+                )
+            )
+            counts["failed"] += 1
+
+    # 5. absent-but-kept items and quarantined ones
+    for key, misses in plan["missing"].items():
+        st = prior_states.get(key)
+        if st is not None:
+            st.missing_runs = misses
+            states.append(st)
+    for skip in plan["skipped"]:
+        lineage.append(RunItem(item_key=skip["item_key"], action="skipped", reason=skip["reason"]))
+        counts["skipped"] += 1
+
+    store.save_items(states)
+    store.record_run_items(ctx.run_id, sid, lineage)
+    counts["fetched"] = sum(len(m["items"]) for m in manifests) + sum(
+        1 for m in manifests for u in m["unchanged"] if "raw_path" in u
+    )
+    counts["parsed"] = counts["fetched"]  # every fetched item went through the parser
+    counts["chunked"] = counts["new"] + counts["changed"]
+    # A crawler downloads during discovery and reports its bytes; other connectors during fetch.
+    staged = sum(e.get("byte_size") or 0 for m in manifests for e in m["items"] + m["unchanged"])
+    counts["bytes_fetched"] = int(plan["stats"].get("bytes", staged))
+    result = {k: int(v) for k, v in counts.items()}
+    for key in ("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"):
+        result.setdefault(key, 0)
+    result["missing_not_deleted"] = len(plan["missing"])
+    result["listing_complete"] = bool(plan["complete"])
+    log.info("%s: committed %s", sid, result)
+    return result
+
+
+def _dry_run(ctx: RunContext, store: StateStore, plan: dict[str, Any]) -> dict[str, Any]:
+    """Report what a real run would change; touch neither the index nor item state."""
+    lineage = [
+        RunItem(item_key=key, action=kind, reason="dry run: would be fetched and re-indexed if content changed")
+        for key, kind in plan["new_or_changed"].items()
+    ]
+    lineage += [
+        RunItem(
+            item_key=d["item_key"],
+            action="deleted",
+            doc_id=d["doc_id"],
+            reason=f"dry run: would delete ({d['reason']})",
+        )
+        for d in plan["deletions"]
+    ]
+    store.record_run_items(ctx.run_id, ctx.source.source_id, lineage)
+    kinds = Counter(plan["new_or_changed"].values())
+    return {
+        "dry_run": True,
+        "would_add": kinds.get("new", 0),
+        "would_update": kinds.get("changed", 0),
+        "unchanged": len(plan["unchanged"]),
+        "would_delete": len(plan["deletions"]),
+        "new": 0,
+        "changed": 0,
+        "deleted": 0,
+        "failed": 0,
+        "fetched": 0,
+        "parsed": 0,
+        "chunked": 0,
+        "chunks_written": 0,
+    }
+
+
+def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> dict[str, Any]:
+    """Close the run in the run log and clean its staging area."""
+    staging = ctx.staging
+    counts = dict(counts)
+    counts["staging_bytes"] = staging.size_bytes()
+    store.finish_run(ctx.run_id, "success", counts)
+    staging.cleanup()
+    return counts

@@ -1,0 +1,89 @@
+"""What every stage knows about the run it belongs to."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from include.config import SourceConfig, load_sources
+from include.settings import get_settings
+from include.staging import StagingArea
+
+__all__ = ["MassDeleteError", "RunContext", "RunParams", "get_source"]
+
+log = logging.getLogger("tributary")
+
+
+class MassDeleteError(RuntimeError):
+    """A run would delete more than the configured share of a source's documents."""
+
+
+@dataclass(slots=True)
+class RunParams:
+    """The manual-trigger knobs (Airflow Params / ``run_pipeline(params=...)``)."""
+
+    full_resync: bool = False
+    dry_run: bool = False
+    max_items: int | None = None
+    window_start: dt.datetime | None = None
+    window_end: dt.datetime | None = None
+    allow_mass_delete: bool = False
+    only_keys: list[str] | None = None
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any] | None) -> RunParams:
+        data = dict(data or {})
+
+        def _dt(value: Any) -> dt.datetime | None:
+            if value in (None, ""):
+                return None
+            if isinstance(value, dt.datetime):
+                return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+            parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+        keys = data.get("only_keys") or None
+        return cls(
+            full_resync=bool(data.get("full_resync", False)),
+            dry_run=bool(data.get("dry_run", False)),
+            max_items=int(data["max_items"]) if data.get("max_items") not in (None, "", 0) else None,
+            window_start=_dt(data.get("window_start")),
+            window_end=_dt(data.get("window_end")),
+            allow_mass_delete=bool(data.get("allow_mass_delete", False)),
+            only_keys=list(keys) if keys else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "full_resync": self.full_resync,
+            "dry_run": self.dry_run,
+            "max_items": self.max_items,
+            "window_start": self.window_start.isoformat() if self.window_start else None,
+            "window_end": self.window_end.isoformat() if self.window_end else None,
+            "allow_mass_delete": self.allow_mass_delete,
+            "only_keys": self.only_keys,
+        }
+
+
+@dataclass(slots=True)
+class RunContext:
+    source: SourceConfig
+    run_id: str
+    params: RunParams = field(default_factory=RunParams)
+    dag_id: str | None = None
+    run_type: str | None = None
+
+    @property
+    def staging(self) -> StagingArea:
+        return StagingArea(self.dag_id or self.source.dag_id, self.run_id)
+
+
+def get_source(name: str) -> SourceConfig:
+    """Look a source up by ``kind:name``, DAG id or bare name in the configured sources file."""
+    settings = get_settings()
+    for src in load_sources(settings.sources_file):
+        if name in (src.source_id, src.dag_id, src.name):
+            return src
+    raise KeyError(f"source {name!r} not found in {settings.sources_file}")

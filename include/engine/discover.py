@@ -1,0 +1,193 @@
+"""Stage 1: ask the connector what changed, plan deletions, split the work into batches.
+
+Writes ``discover.json`` (the plan for the whole run) and ``batch-NNNN.json`` files; returns
+the small manifest that goes to XCom. Writes nothing to the index or the item state: a
+re-run of this task only rewrites its own files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from include.contract import ChangeKind, VersionEvidence, document_id
+from include.engine.context import MassDeleteError, RunContext, log
+from include.settings import get_settings
+from include.stores import ItemState, StateStore
+from plugins.connectors.base import ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
+
+__all__ = ["discover_stage", "open_connector"]
+
+
+def open_connector(ctx: RunContext):  # -> Connector (import cycle-free annotation)
+    cls = get_connector_class(ctx.source.kind)
+    return cls(ctx.source, ConnectorContext(redis_url=get_settings().redis_url, run_id=ctx.run_id, log=log))
+
+
+def _prior(st: ItemState | None) -> dict[str, Any] | None:
+    if st is None:
+        return None
+    return {
+        "doc_id": st.doc_id,
+        "version": st.version.to_dict() if st.version else None,
+        "content_hash": st.content_hash,
+        "processing_hash": st.processing_hash,
+        "chunk_ids": st.chunk_ids,
+        "failure_count": st.failure_count,
+        "last_failure_run": st.last_failure_run,
+        "missing_runs": st.missing_runs,
+    }
+
+
+def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
+    source, params = ctx.source, ctx.params
+    states = store.items(source.source_id)
+    processing = source.processing_hash()
+    quarantine_after = int(source.options.get("quarantine_after", 5))
+
+    # Items whose stored version must not be trusted are withheld from the connector, which then
+    # treats them as new (no validators sent): full resync, changed parser/chunker options.
+    known: dict[str, VersionEvidence] = {}
+    forced: set[str] = set()
+    for key, st in states.items():
+        if not st.indexed:
+            continue
+        if params.full_resync or st.processing_hash != processing or (params.only_keys and key in params.only_keys):
+            forced.add(key)
+            continue
+        known[key] = st.version or VersionEvidence()
+
+    staging = ctx.staging
+    request = DiscoveryRequest(
+        known=known,
+        window_start=params.window_start,
+        window_end=params.window_end,
+        max_items=params.max_items or source.max_items,
+        full_resync=params.full_resync,
+        only_keys=params.only_keys,
+        stage=staging.stage_raw,
+    )
+    with open_connector(ctx) as connector:
+        found: Discovery = connector.discover(request)
+
+    entries: dict[str, dict[str, Any]] = {}
+    skipped: list[dict[str, Any]] = []
+    explicit_deletes: dict[str, str] = {}
+    fetchable = 0
+    limit = request.max_items
+    for change in found.changes:
+        key = change.item_key
+        if change.kind is ChangeKind.DELETED:
+            if key in states and states[key].indexed:
+                explicit_deletes[key] = change.reason or "deleted at source"
+            continue
+        if params.only_keys and key not in params.only_keys:
+            continue
+        st = states.get(key)
+        if change.kind is ChangeKind.UNCHANGED and key in forced:
+            change.kind = ChangeKind.CHANGED  # a connector answered from its own cache; we need bytes
+        if change.kind is not ChangeKind.UNCHANGED:
+            if st is not None and st.failure_count >= quarantine_after and not params.only_keys:
+                skipped.append({"item_key": key, "reason": f"quarantined after {st.failure_count} failures"})
+                continue
+            if limit is not None and fetchable >= limit:
+                continue
+            fetchable += 1
+            if st is None or not st.indexed:
+                change.kind = ChangeKind.NEW
+        entries[key] = {"change": change.to_dict(), "prior": _prior(st), "forced": key in forced}
+
+    deletions, missing = _plan_deletions(ctx, states, found, explicit_deletes, set(entries))
+    indexed = sum(1 for st in states.values() if st.indexed)
+    if deletions and indexed and len(deletions) > source.mass_delete_threshold * indexed:
+        message = (
+            f"mass-delete guard: this run would delete {len(deletions)} of {indexed} documents of "
+            f"{source.source_id} (> {source.mass_delete_threshold:.0%}); nothing was deleted. "
+            "Re-run with allow_mass_delete=true if this is intended."
+        )
+        if not params.allow_mass_delete:
+            store.finish_run(ctx.run_id, "failed", {"would_delete": len(deletions)}, error=message)
+            raise MassDeleteError(message)
+        log.warning("%s (allowed by allow_mass_delete)", message)
+
+    to_fetch = [e for e in entries.values() if e["change"]["kind"] in (ChangeKind.NEW, ChangeKind.CHANGED)]
+    unchanged = [e for e in entries.values() if e["change"]["kind"] == ChangeKind.UNCHANGED]
+    batches: list[str] = []
+    if not params.dry_run:
+        size = source.batch_size
+        for number, start in enumerate(range(0, len(to_fetch), size)):
+            batches.append(
+                staging.write_json(
+                    f"batch-{number:04d}.json",
+                    {
+                        "run_id": ctx.run_id,
+                        "source": source.source_id,
+                        "batch": number,
+                        "items": to_fetch[start : start + size],
+                    },
+                )
+            )
+    plan = {
+        "run_id": ctx.run_id,
+        "source": source.source_id,
+        "dry_run": params.dry_run,
+        "complete": found.complete,
+        "stats": found.stats,
+        "unchanged": unchanged,
+        "to_fetch": [e["change"]["item_key"] for e in to_fetch],
+        "new_or_changed": {e["change"]["item_key"]: e["change"]["kind"] for e in to_fetch},
+        "deletions": deletions,
+        "missing": missing,
+        "skipped": skipped,
+        "forced": sorted(forced),
+        "processing_hash": processing,
+    }
+    plan_path = staging.write_json("discover.json", plan)
+    log.info(
+        "%s: discovered %d to fetch, %d unchanged, %d to delete, %d skipped (complete listing: %s)",
+        source.source_id,
+        len(to_fetch),
+        len(unchanged),
+        len(deletions),
+        len(skipped),
+        found.complete,
+    )
+    return {"run_id": ctx.run_id, "plan": plan_path, "batches": batches}
+
+
+def _plan_deletions(
+    ctx: RunContext,
+    states: dict[str, ItemState],
+    found: Discovery,
+    explicit: dict[str, str],
+    present: set[str],
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Deletions: explicit ones, plus items absent from N complete listings in a row.
+
+    Returns (deletions, missing) where ``missing`` maps still-kept absent items to their new
+    absolute miss count (absolute, so re-running the commit sets the same value).
+    """
+    deletions = [
+        {"item_key": k, "doc_id": states[k].doc_id, "chunk_ids": states[k].chunk_ids, "reason": r}
+        for k, r in explicit.items()
+    ]
+    missing: dict[str, int] = {}
+    if found.complete and found.all_keys is not None and not ctx.params.only_keys:
+        alive = found.all_keys | present
+        for key, st in states.items():
+            if key in alive or key in explicit or not st.indexed:
+                continue
+            misses = st.missing_runs + 1
+            if misses >= ctx.source.delete_after_missing_runs:
+                deletions.append(
+                    {
+                        "item_key": key,
+                        "doc_id": st.doc_id,
+                        "chunk_ids": st.chunk_ids,
+                        "reason": f"absent from {misses} complete listing(s)",
+                    }
+                )
+            else:
+                missing[key] = misses
+    for d in deletions:
+        d.setdefault("doc_id", document_id(ctx.source.source_id, d["item_key"]))
+    return deletions, missing

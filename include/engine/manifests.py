@@ -1,0 +1,114 @@
+"""Stage manifests: the small JSON files that carry one batch from stage to stage.
+
+Every stage reads the previous stage's manifest for a batch and writes its own, carrying the
+batch's failures and unchanged items forward, so the last manifest of a batch is a complete
+account of it. Failures are dicts ``{"item_key", "reason", "error", "retryable", "stage"}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from include.contract import Change, RawDocument
+from include.staging import StagingArea
+
+__all__ = [
+    "ItemFailure",
+    "load_raw",
+    "next_manifest_path",
+    "read_batch",
+    "read_manifest",
+    "write_fetched_manifest",
+    "write_stage_manifest",
+]
+
+STAGES = ("batch", "fetched", "parsed", "chunked", "upserted")
+
+
+@dataclass(slots=True)
+class ItemFailure:
+    item_key: str
+    reason: str
+    error: str
+    retryable: bool = True
+    stage: str = "fetch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    return StagingArea.read_json(path)
+
+
+def next_manifest_path(path: str, stage: str) -> str:
+    """``.../batch-0003.json`` -> ``.../<stage>-0003.json`` (same run directory, same batch)."""
+    p = Path(path)
+    number = p.stem.rsplit("-", 1)[1]
+    return str(p.with_name(f"{stage}-{number}.json"))
+
+
+def _write(path: str, manifest: dict[str, Any]) -> str:
+    p = Path(path)
+    return StagingArea.at(p.parent).write_json(p.name, manifest)
+
+
+def read_batch(manifest_path: str) -> list[Change]:
+    """The changes of one batch manifest (what a fetch operator must fetch)."""
+    return [Change.from_dict(entry["change"]) for entry in read_manifest(manifest_path)["items"]]
+
+
+def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument], failures: list[ItemFailure]) -> str:
+    """Stage fetched documents' bytes and write the ``fetched`` manifest for this batch.
+
+    Used by the generic fetch task and by connector-specific fetch operators alike.
+    """
+    batch = read_manifest(batch_manifest_path)
+    staging = StagingArea.at(Path(batch_manifest_path).parent)
+    by_key = {entry["change"]["item_key"]: entry for entry in batch["items"]}
+    items = []
+    for raw in fetched:
+        entry = dict(by_key[raw.item_key])
+        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data)
+        entry["raw"] = {
+            "file_name": raw.file_name,
+            "media_type": raw.media_type,
+            "url": raw.url,
+            "title": raw.title,
+            "version": raw.version.to_dict(),
+            "metadata": raw.metadata,
+        }
+        entry["byte_size"] = len(raw.data)
+        items.append(entry)
+    manifest = {
+        "run_id": batch["run_id"],
+        "source": batch["source"],
+        "batch": batch["batch"],
+        "items": items,
+        "unchanged": list(batch.get("unchanged", [])),
+        "failures": list(batch.get("failures", [])) + [f.to_dict() for f in failures],
+    }
+    return _write(next_manifest_path(batch_manifest_path, "fetched"), manifest)
+
+
+def load_raw(entry: dict[str, Any]) -> RawDocument:
+    """Rebuild the RawDocument of a fetched manifest entry."""
+    from include.contract import VersionEvidence
+
+    raw = entry["raw"]
+    return RawDocument(
+        item_key=entry["change"]["item_key"],
+        data=StagingArea.read_bytes(entry["raw_path"]),
+        file_name=raw["file_name"],
+        media_type=raw.get("media_type"),
+        url=raw.get("url"),
+        title=raw.get("title"),
+        version=VersionEvidence.from_dict(raw.get("version")),
+        metadata=dict(raw.get("metadata") or {}),
+    )
+
+
+def write_stage_manifest(prev_path: str, stage: str, manifest: dict[str, Any]) -> str:
+    return _write(next_manifest_path(prev_path, stage), manifest)

@@ -1,0 +1,201 @@
+"""Stages 2-5 for one batch: fetch -> parse -> chunk -> upsert.
+
+Each function takes the previous stage's manifest path and returns its own manifest path.
+One item's failure is recorded in the manifest (with its stage and reason) and never fails
+the batch; only infrastructure errors (staging unreadable, index unreachable) raise, so
+Airflow's task retries handle them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from include.config import SourceConfig
+from include.contract import Chunk, ParsedDocument, ParseError, document_id
+from include.engine.manifests import (
+    ItemFailure,
+    load_raw,
+    read_batch,
+    read_manifest,
+    write_fetched_manifest,
+    write_stage_manifest,
+)
+from include.index import DocumentRecord, DocumentWrite, IndexBackend
+from include.staging import StagingArea
+from plugins.chunkers.registry import chunk_document
+from plugins.connectors.base import Connector, FetchError
+from plugins.parsers.registry import parse_document
+
+__all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 2)
+
+
+def _carry(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": manifest["run_id"],
+        "source": manifest["source"],
+        "batch": manifest["batch"],
+        "unchanged": list(manifest.get("unchanged", [])),
+        "failures": list(manifest.get("failures", [])),
+    }
+
+
+def _failure(entry: dict[str, Any], stage: str, reason: str, error: str, retryable: bool = True) -> dict[str, Any]:
+    return ItemFailure(entry["change"]["item_key"], reason, error, retryable, stage).to_dict()
+
+
+# ----------------------------------------------------------------------------------- fetch
+
+
+def fetch_stage(batch_path: str, connector: Connector) -> str:
+    """Generic fetch: ``connector.fetch`` for every change of the batch."""
+    fetched, failures = [], []
+    for change in read_batch(batch_path):
+        try:
+            fetched.append(connector.fetch(change))
+        except FetchError as exc:
+            failures.append(ItemFailure(change.item_key, exc.reason, str(exc), exc.retryable, "fetch"))
+        except Exception as exc:  # a connector bug on one item must not lose the batch
+            failures.append(ItemFailure(change.item_key, "fetch_error", f"{type(exc).__name__}: {exc}", True, "fetch"))
+    return write_fetched_manifest(batch_path, fetched, failures)
+
+
+# ----------------------------------------------------------------------------------- parse
+
+
+def parse_stage(fetched_path: str, source: SourceConfig) -> str:
+    """Parse every fetched item; drop items whose extracted content did not change."""
+    manifest = read_manifest(fetched_path)
+    out = _carry(manifest)
+    staging = StagingArea.at(Path(fetched_path).parent)
+    items = []
+    for entry in manifest["items"]:
+        start = time.perf_counter()
+        try:
+            doc = parse_document(load_raw(entry), source.parser)
+        except ParseError as exc:
+            out["failures"].append(_failure(entry, "parse", f"parse:{exc.code.value}", exc.message, True))
+            continue
+        digest = doc.content_hash()
+        entry = {
+            **entry,
+            "content_hash": digest,
+            "parser": doc.parser,
+            "parser_version": doc.parser_version,
+            "blocks": len(doc.blocks),
+            "chars": sum(len(b.text) for b in doc.blocks),
+            "title": doc.title or entry["raw"].get("title"),
+            "stage_ms": {**entry.get("stage_ms", {}), "parse": _ms(start)},
+        }
+        prior = entry.get("prior") or {}
+        if not entry.get("forced") and prior.get("version") and prior.get("content_hash") == digest:
+            # Bytes changed but extracted content did not (timestamps, tokens, CDN rewrites).
+            entry["reason"] = "content hash unchanged"
+            out["unchanged"].append(entry)
+            continue
+        key = entry["change"]["item_key"]
+        entry["parsed_path"] = staging.write_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
+        items.append(entry)
+    out["items"] = items
+    return write_stage_manifest(fetched_path, "parsed", out)
+
+
+# ----------------------------------------------------------------------------------- chunk
+
+
+def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
+    manifest = read_manifest(parsed_path)
+    out = _carry(manifest)
+    staging = StagingArea.at(Path(parsed_path).parent)
+    items = []
+    for entry in manifest["items"]:
+        start = time.perf_counter()
+        doc_id = document_id(source.source_id, entry["change"]["item_key"])
+        try:
+            doc = ParsedDocument.from_dict(StagingArea.read_json(entry["parsed_path"]))
+            chunks = chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
+        except Exception as exc:  # a chunker failure is this document's, not the batch's
+            out["failures"].append(_failure(entry, "chunk", "chunk_error", f"{type(exc).__name__}: {exc}"))
+            continue
+        path = staging.write_json(f"chunks/{doc_id}.json", [c.to_dict() for c in chunks])
+        meta = chunks[0].metadata if chunks else {}
+        items.append(
+            {
+                **entry,
+                "doc_id": doc_id,
+                "chunks_path": path,
+                "chunk_ids": [c.chunk_id for c in chunks],
+                "chunker": meta.get("chunker", source.chunker.name),
+                "chunker_options_hash": meta.get("chunker_options_hash"),
+                "stage_ms": {**entry.get("stage_ms", {}), "chunk": _ms(start)},
+            }
+        )
+    out["items"] = items
+    return write_stage_manifest(parsed_path, "chunked", out)
+
+
+# ----------------------------------------------------------------------------------- upsert
+
+
+def _doc_version(version: dict[str, Any]) -> str | None:
+    for key in ("revision", "etag", "modified_time", "last_modified"):
+        if version.get(key):
+            return f"{key}:{version[key]}"
+    return None
+
+
+def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callable[[], IndexBackend]) -> str:
+    manifest = read_manifest(chunked_path)
+    out = _carry(manifest)
+    writes: list[DocumentWrite] = []
+    for entry in manifest["items"]:
+        chunks = [Chunk.from_dict(c) for c in StagingArea.read_json(entry["chunks_path"])]
+        prior_ids = set((entry.get("prior") or {}).get("chunk_ids") or [])
+        version = entry["raw"].get("version") or entry["change"].get("version") or {}
+        record = DocumentRecord(
+            source=source.source_id,
+            doc_id=entry["doc_id"],
+            item_key=entry["change"]["item_key"],
+            title=entry.get("title"),
+            url=entry["raw"].get("url") or entry["change"].get("url"),
+            media_type=entry["raw"].get("media_type"),
+            doc_version=_doc_version(version),
+            content_hash=entry["content_hash"],
+            run_id=manifest["run_id"],
+        )
+        writes.append(DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks})))
+    items = []
+    if writes:
+        start = time.perf_counter()
+        index = index_factory()
+        try:
+            results = index.upsert(writes)
+        finally:
+            index.close()
+        elapsed = _ms(start) / len(writes)
+        for entry, write, result in zip(manifest["items"], writes, results, strict=True):
+            if not result.ok:
+                out["failures"].append(_failure(entry, "upsert", "index_error", result.error or "index write failed"))
+                continue
+            prior_ids = set((entry.get("prior") or {}).get("chunk_ids") or [])
+            new_ids = [c.chunk_id for c in write.chunks]
+            items.append(
+                {
+                    **entry,
+                    "written": result.written,
+                    "unchanged_chunks": result.unchanged,
+                    "deleted_chunks": result.deleted,
+                    "chunks_added": [i for i in new_ids if i not in prior_ids],
+                    "chunks_kept": [i for i in new_ids if i in prior_ids],
+                    "chunks_removed": write.stale_chunk_ids,
+                    "stage_ms": {**entry.get("stage_ms", {}), "upsert": elapsed},
+                }
+            )
+    out["items"] = items
+    return write_stage_manifest(chunked_path, "upserted", out)

@@ -1,0 +1,337 @@
+"""Pure builders for the Elasticsearch backend: chunk documents, write plans, bulk batches.
+
+Nothing here talks to a server. ``elasticsearch.py`` feeds these functions what it read
+(existing content hashes and chunk ids) and sends what they return; ``run_bulk`` takes the
+send function as a parameter so its retry rules can be exercised on canned responses.
+
+Write order (the ``IndexBackend`` contract): a document's new chunks go first; its stale chunks
+are deleted only once every one of its writes is confirmed. A document with nothing to write
+(its text shrank, the kept chunks are unchanged) gets its deletes in the first bulk, so the
+common cases need a single round trip.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from include.contract import Chunk
+from include.index.base import DocumentRecord, DocumentWrite
+
+__all__ = [
+    "BulkOp",
+    "ItemOutcome",
+    "WritePlan",
+    "batch_ops",
+    "build_chunk_source",
+    "classify_item",
+    "delete_op",
+    "index_op",
+    "plan_writes",
+    "run_bulk",
+]
+
+# Statuses worth sending again: too many requests (es_rejected_execution_exception: a full
+# write thread pool queue) and server-side failures. Everything else (mapping errors, 400s) is
+# the document's fault and would fail the same way again.
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRYABLE_ERROR_TYPES = frozenset({"es_rejected_execution_exception", "circuit_breaking_exception"})
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def _file_name(doc: DocumentRecord) -> str:
+    """MemoryBear's ``docnm_kwd`` is the original file name: take the connector's if it gave one."""
+    for key in ("file_name", "filename", "name"):
+        value = doc.metadata.get(key)
+        if isinstance(value, str) and value:
+            return value
+    key = doc.item_key.rstrip("/")
+    return key.rsplit("/", 1)[-1] or doc.item_key
+
+
+def _positions(chunk: Chunk) -> tuple[list[int], list[list[int]], list[int]]:
+    """Project contract positions onto MemoryBear's page_num_int / position_int / top_int."""
+    pages: list[int] = []
+    boxes: list[list[int]] = []
+    tops: list[int] = []
+    for pos in chunk.positions:
+        page = pos.page if pos.page is not None else pos.slide
+        if page is not None and page not in pages:
+            pages.append(page)
+        if pos.bbox is not None:
+            x0, top, x1, bottom = (round(v) for v in pos.bbox)
+            boxes.append([page if page is not None else 0, x0, x1, top, bottom])
+            tops.append(top)
+    return pages, boxes, tops
+
+
+def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) -> dict[str, Any]:
+    """The ``_source`` stored for one chunk. Every key is a field of ``_es_mapping``."""
+    pages, boxes, tops = _positions(chunk)
+    meta = {**doc.metadata, **chunk.metadata}
+    title = doc.title or ""
+    src: dict[str, Any] = {
+        # MemoryBear output contract
+        "docnm_kwd": _file_name(doc),
+        "title_tks": title,
+        "title_sm_tks": title,
+        "content_with_weight": chunk.text,
+        "page_num_int": pages,
+        "position_int": boxes,
+        "top_int": tops,
+        # lineage
+        "chunk_id": chunk.chunk_id,
+        "doc_id": doc.doc_id,
+        "source": doc.source,
+        "item_key": doc.item_key,
+        "sequence": chunk.sequence,
+        "kind": chunk.kind,
+        "token_count": chunk.token_count,
+        "content_hash": chunk.content_hash,
+        "heading_path": list(chunk.heading_path),
+        "positions": [p.to_dict() for p in chunk.positions],
+        "metadata": _flattenable(meta),
+        "updated_at": updated_at,
+    }
+    # MemoryBear: "image" for picture chunks, absent otherwise; tables keep their kind visible.
+    if chunk.kind != "text":
+        src["doc_type_kwd"] = chunk.kind
+    optional = {
+        "doc_content_hash": doc.content_hash,
+        "doc_version": doc.doc_version,
+        "run_id": doc.run_id,
+        "title": doc.title,
+        "url": doc.url,
+        "media_type": doc.media_type,
+        "chunker": meta.get("chunker"),
+        "chunker_version": meta.get("chunker_version"),
+        "chunker_options_hash": meta.get("chunker_options_hash"),
+    }
+    src.update({k: (str(v) if not isinstance(v, str) else v) for k, v in optional.items() if v is not None})
+    return src
+
+
+def _flattenable(value: Any) -> Any:
+    """A ``flattened`` field holds objects of scalar leaves; JSON-normalise everything else."""
+    return json.loads(json.dumps(value, default=str, ensure_ascii=False))
+
+
+def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored ``_source`` as ``get_chunk`` returns it (the SQLite backend's keys, plus ES's)."""
+    out = dict(src)
+    out["chunk_id"] = chunk_id
+    out["text"] = src.get("content_with_weight", "")
+    out["seq"] = src.get("sequence")
+    for key in ("title", "url", "media_type", "doc_version", "doc_content_hash", "run_id"):
+        out.setdefault(key, None)
+    out.setdefault("heading_path", [])
+    out.setdefault("positions", [])
+    out.setdefault("metadata", {})
+    return out
+
+
+# --------------------------------------------------------------------------- bulk operations
+
+
+@dataclass(slots=True)
+class BulkOp:
+    """One bulk action, already serialised (header line + optional body line)."""
+
+    kind: str  # "index" | "delete"
+    doc_id: str
+    chunk_id: str
+    payload: bytes  # NDJSON lines, each ending in "\n"
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def index_op(index: str, chunk: Chunk, doc: DocumentRecord, *, updated_at: str) -> BulkOp:
+    header = {"index": {"_index": index, "_id": chunk.chunk_id}}
+    body = build_chunk_source(chunk, doc, updated_at=updated_at)
+    return BulkOp("index", doc.doc_id, chunk.chunk_id, _dumps(header) + _dumps(body))
+
+
+def delete_op(index: str, doc_id: str, chunk_id: str) -> BulkOp:
+    return BulkOp("delete", doc_id, chunk_id, _dumps({"delete": {"_index": index, "_id": chunk_id}}))
+
+
+def batch_ops(ops: Iterable[BulkOp], *, max_count: int, max_bytes: int) -> Iterator[list[BulkOp]]:
+    """Group ops into bulk requests bounded by action count and body bytes.
+
+    An op larger than ``max_bytes`` on its own still goes out (alone): refusing it here would
+    silently drop the chunk, while Elasticsearch answers it with a per-item error we report.
+    """
+    if max_count < 1 or max_bytes < 1:
+        raise ValueError("max_count and max_bytes must be positive")
+    batch: list[BulkOp] = []
+    size = 0
+    for op in ops:
+        if batch and (len(batch) >= max_count or size + op.size > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(op)
+        size += op.size
+    if batch:
+        yield batch
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(slots=True)
+class DocPlan:
+    doc_id: str
+    index_ops: list[BulkOp] = field(default_factory=list)
+    delete_ops: list[BulkOp] = field(default_factory=list)
+    unchanged: int = 0
+
+
+@dataclass(slots=True)
+class WritePlan:
+    docs: list[DocPlan]
+
+    def first_wave(self) -> list[BulkOp]:
+        """Every write, plus the deletes of documents that have nothing to write."""
+        ops: list[BulkOp] = []
+        for d in self.docs:
+            ops.extend(d.index_ops)
+        for d in self.docs:
+            if not d.index_ops:
+                ops.extend(d.delete_ops)
+        return ops
+
+    def second_wave(self, failed_docs: set[str]) -> list[BulkOp]:
+        """Deletes of documents that had writes, once all of those writes landed."""
+        return [op for d in self.docs if d.index_ops and d.doc_id not in failed_docs for op in d.delete_ops]
+
+
+def plan_writes(
+    writes: Sequence[DocumentWrite],
+    *,
+    index: str,
+    existing_hashes: Mapping[str, str | None],
+    existing_ids: Mapping[str, set[str]] | None = None,
+    updated_at: str,
+) -> WritePlan:
+    """Decide, per document, which chunks to (re)write and which to delete.
+
+    ``existing_hashes`` maps chunk ids present in the target index to their content hash;
+    ``existing_ids`` maps doc ids to the chunk ids the index holds for them (a safety net beside
+    the state store's ``stale_chunk_ids``: ids left behind by an earlier failed run go too).
+    """
+    existing_ids = existing_ids or {}
+    plans: list[DocPlan] = []
+    for write in writes:
+        doc = write.document
+        plan = DocPlan(doc.doc_id)
+        keep: set[str] = set()
+        for chunk in write.chunks:
+            keep.add(chunk.chunk_id)
+            if chunk.chunk_id in existing_hashes and existing_hashes[chunk.chunk_id] == chunk.content_hash:
+                plan.unchanged += 1
+                continue
+            plan.index_ops.append(index_op(index, chunk, doc, updated_at=updated_at))
+        # An id the index never had only costs a 404 item, which counts as done.
+        stale = (set(write.stale_chunk_ids) | existing_ids.get(doc.doc_id, set())) - keep
+        plan.delete_ops.extend(delete_op(index, doc.doc_id, cid) for cid in sorted(stale))
+        plans.append(plan)
+    return WritePlan(plans)
+
+
+# --------------------------------------------------------------------------- responses
+
+
+@dataclass(slots=True, frozen=True)
+class ItemOutcome:
+    ok: bool
+    retry: bool = False
+    error: str | None = None
+    deleted: bool = False  # a delete that removed a document (not a 404)
+
+
+def classify_item(item: Mapping[str, Any]) -> ItemOutcome:
+    """Read one entry of a bulk response's ``items``."""
+    ((action, info),) = item.items()
+    status = int(info.get("status", 0))
+    if action == "delete" and status == 404:
+        return ItemOutcome(ok=True)  # already gone: the goal of a delete
+    if 200 <= status < 300:
+        return ItemOutcome(ok=True, deleted=action == "delete" and info.get("result") == "deleted")
+    err = info.get("error") or {}
+    err_type = err.get("type", "") if isinstance(err, dict) else str(err)
+    reason = err.get("reason", "") if isinstance(err, dict) else ""
+    retry = status in RETRYABLE_STATUSES or err_type in RETRYABLE_ERROR_TYPES
+    return ItemOutcome(ok=False, retry=retry, error=f"{status} {err_type}: {reason}".strip())
+
+
+@dataclass(slots=True)
+class BulkReport:
+    """What became of each op: confirmed ids per kind, and errors per document."""
+
+    written: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+    def fail(self, op: BulkOp, error: str) -> None:
+        self.errors.setdefault(op.doc_id, []).append(f"{op.kind} {op.chunk_id}: {error}")
+
+
+def run_bulk(
+    ops: Sequence[BulkOp],
+    send: Callable[[list[bytes]], Mapping[str, Any]],
+    *,
+    max_count: int,
+    max_bytes: int,
+    max_attempts: int = 5,
+    initial_backoff: float = 0.5,
+    max_backoff: float = 30.0,
+    sleep: Callable[[float], None] = time.sleep,
+    report: BulkReport | None = None,
+) -> BulkReport:
+    """Send ``ops`` in bounded batches; re-send rejected items with exponential backoff.
+
+    ``send`` posts one bulk body and returns the response (request-level failures are its
+    business: the backend wraps it in a tenacity retry). Items that stay rejected after
+    ``max_attempts`` are reported as failures of their document, never dropped.
+    """
+    report = report or BulkReport()
+    pending = list(ops)
+    attempt = 0
+    while pending:
+        attempt += 1
+        retry: list[BulkOp] = []
+        for batch in batch_ops(pending, max_count=max_count, max_bytes=max_bytes):
+            resp = send([op.payload for op in batch])
+            items = resp.get("items") or []
+            if len(items) != len(batch):
+                for op in batch:
+                    report.fail(op, f"bulk response has {len(items)} items for {len(batch)} actions")
+                continue
+            for op, item in zip(batch, items, strict=True):
+                outcome = classify_item(item)
+                if outcome.ok:
+                    if op.kind == "index":
+                        report.written[op.doc_id] = report.written.get(op.doc_id, 0) + 1
+                    elif outcome.deleted:
+                        report.deleted[op.doc_id] = report.deleted.get(op.doc_id, 0) + 1
+                elif outcome.retry and attempt < max_attempts:
+                    retry.append(op)
+                else:
+                    report.fail(op, outcome.error or "failed")
+        pending = retry
+        if pending:
+            delay = min(max_backoff, initial_backoff * 2 ** (attempt - 1))
+            sleep(delay * (0.5 + random.random() / 2))  # jitter: workers retrying together spread out
+    return report

@@ -1,0 +1,151 @@
+"""Elasticsearch index layout for Tributary chunks: names, settings, mapping, index template.
+
+Pure functions only (no client). The mapping carries two vocabularies side by side:
+
+* the chunk fields MemoryBear's downstream retrievers read (its design doc, section 11.3):
+  ``docnm_kwd``, ``title_tks``/``title_sm_tks``, ``content_with_weight``,
+  ``content_ltks``/``content_sm_ltks``, ``page_num_int``, ``position_int``, ``top_int``,
+  ``doc_type_kwd``. Suffixes keep their meaning there: ``_kwd`` keyword, ``_tks``/``_ltks``
+  analysed text, ``_int`` integers. MemoryBear fills ``*_tks`` with its own pre-tokenised text;
+  here Elasticsearch analyses them: the coarse variants with the ``standard`` analyzer and the
+  fine (``_sm_``) ones with the built-in ``cjk`` analyzer (overlapping CJK bigrams), so Chinese
+  is searchable without an analysis plugin.
+* Tributary's lineage fields: source, document id/version/hash, item key, chunk sequence,
+  heading path, content hash, run id, chunker name/version/options hash, timestamps.
+
+``content_with_weight`` is kept in ``_source`` but not indexed itself; it is copied into
+``content_ltks`` and ``content_sm_ltks`` (``copy_to``) so the text is stored once and searched
+through both analyzers, the way MemoryBear's retrievers query it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "MAPPED_FIELDS",
+    "SEARCH_FIELDS",
+    "index_mappings",
+    "index_settings",
+    "index_template",
+    "physical_index_name",
+    "physical_index_pattern",
+    "rebuild_alias",
+    "template_name",
+    "validate_alias",
+]
+
+# Bumped when the mapping changes incompatibly; stored in the mapping's _meta.
+SCHEMA_VERSION = 1
+
+# Fields a query matches, with boosts (the title counts double, as in SQLite FTS's bm25 weights).
+SEARCH_FIELDS = ["content_ltks", "content_sm_ltks", "title_tks^2", "title_sm_tks^2"]
+
+_KEYWORD = {"type": "keyword"}
+_KEYWORD_NOT_INDEXED = {"type": "keyword", "index": False, "doc_values": False}
+
+_PROPERTIES: dict[str, dict[str, Any]] = {
+    # ---- MemoryBear output contract (section 11.3)
+    "docnm_kwd": _KEYWORD,
+    "title_tks": {"type": "text", "analyzer": "standard"},
+    "title_sm_tks": {"type": "text", "analyzer": "cjk"},
+    "content_with_weight": {"type": "text", "index": False, "copy_to": ["content_ltks", "content_sm_ltks"]},
+    "content_ltks": {"type": "text", "analyzer": "standard"},
+    "content_sm_ltks": {"type": "text", "analyzer": "cjk"},
+    "page_num_int": {"type": "integer"},
+    # (page, x0, x1, top, bottom) tuples; Elasticsearch flattens the inner arrays for search but
+    # keeps them intact in _source, which is what MemoryBear's retrievers read back.
+    "position_int": {"type": "integer"},
+    "top_int": {"type": "integer"},
+    "doc_type_kwd": _KEYWORD,
+    # ---- Tributary lineage
+    "chunk_id": _KEYWORD,
+    "doc_id": _KEYWORD,
+    "source": _KEYWORD,
+    "item_key": _KEYWORD,
+    "sequence": {"type": "integer"},
+    "kind": _KEYWORD,
+    "token_count": {"type": "integer"},
+    "content_hash": _KEYWORD,
+    "doc_content_hash": _KEYWORD,
+    "doc_version": _KEYWORD,
+    "run_id": _KEYWORD,
+    "chunker": _KEYWORD,
+    "chunker_version": _KEYWORD,
+    "chunker_options_hash": _KEYWORD,
+    "title": {"type": "keyword", "ignore_above": 1024},
+    "url": {"type": "keyword", "ignore_above": 4096},
+    "media_type": _KEYWORD,
+    "heading_path": {"type": "keyword", "ignore_above": 1024},
+    # Raw positions as the contract's Position dicts (page/bbox/sheet/row/line/slide/path),
+    # kept for lineage only; the searchable projections are the *_int fields above.
+    "positions": {"type": "object", "enabled": False},
+    # Arbitrary connector/parser/chunker metadata: one field in the mapping whatever its keys,
+    # so no source can blow up the mapping (mapping explosion), and leaves stay term-searchable.
+    "metadata": {"type": "flattened", "ignore_above": 1024},
+    "updated_at": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
+}
+
+MAPPED_FIELDS = frozenset(_PROPERTIES)
+
+_ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,150}$")
+
+
+def validate_alias(alias: str) -> str:
+    """Index names must be lower case and may not contain the separators we use."""
+    if not _ALIAS_RE.match(alias) or "__" in alias:
+        raise ValueError(
+            f"invalid Elasticsearch index name {alias!r}: use lower-case letters, digits, '-' or '_' "
+            "(no '__', which separates the physical-index suffix)"
+        )
+    return alias
+
+
+def physical_index_name(alias: str, generation: str) -> str:
+    """The concrete index behind ``alias``; a full rebuild creates a new generation."""
+    return f"{alias}__v{generation}"
+
+
+def physical_index_pattern(alias: str) -> str:
+    return f"{alias}__v*"
+
+
+def rebuild_alias(alias: str) -> str:
+    """Second alias marking the index a rebuild is writing into (visible to every worker)."""
+    return f"{alias}__rebuild"
+
+
+def template_name(alias: str) -> str:
+    return f"{alias}__chunks"
+
+
+def index_mappings() -> dict[str, Any]:
+    # "strict": a field the builders forget to map is an error in tests, not a silent guess.
+    return {
+        "dynamic": "strict",
+        "_meta": {"tributary_schema": SCHEMA_VERSION},
+        "properties": {name: dict(spec) for name, spec in _PROPERTIES.items()},
+    }
+
+
+def index_settings(*, shards: int = 1, replicas: int = 0, refresh_interval: str | None = None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"number_of_shards": shards, "number_of_replicas": replicas}
+    if refresh_interval is not None:
+        settings["refresh_interval"] = refresh_interval
+    return settings
+
+
+def index_template(alias: str, *, shards: int = 1, replicas: int = 0, priority: int = 200) -> dict[str, Any]:
+    """Keyword arguments for ``client.indices.put_index_template`` covering every generation."""
+    validate_alias(alias)
+    return {
+        "name": template_name(alias),
+        "index_patterns": [physical_index_pattern(alias)],
+        "priority": priority,
+        "template": {
+            "settings": index_settings(shards=shards, replicas=replicas),
+            "mappings": index_mappings(),
+        },
+        "meta": {"managed_by": "tributary", "alias": alias, "tributary_schema": SCHEMA_VERSION},
+    }

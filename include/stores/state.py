@@ -1,0 +1,335 @@
+"""State store and run log, through SQLAlchemy Core (SQLite file by default, PostgreSQL by URL).
+
+Tables
+- ``tributary_items``: one row per (source, item): the version evidence and content hash of
+  what is *in the index*, the processing hash it was built with, its chunk ids, when it was last
+  seen, how many complete listings in a row missed it, and its failure streak.
+- ``tributary_runs``: one row per sync run: status, params, counts, timings.
+- ``tributary_run_items``: item-level lineage, one row per (run, item): action and reason,
+  versions before/after, hash, sizes, parser/chunker, chunk ids added/kept/removed, stage
+  timings, error. Re-running a task rewrites its rows (primary key), never duplicates them.
+
+Everything written here is written by the *commit* stage, after the index write succeeded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from include.contract import VersionEvidence
+
+__all__ = ["ItemState", "RunItem", "StateStore"]
+
+_meta = sa.MetaData()
+
+items_table = sa.Table(
+    "tributary_items",
+    _meta,
+    sa.Column("source", sa.String(200), primary_key=True),
+    sa.Column("item_key", sa.String(2048), primary_key=True),
+    sa.Column("doc_id", sa.String(64), nullable=False),
+    sa.Column("version", sa.JSON, nullable=True),
+    sa.Column("content_hash", sa.String(64)),
+    sa.Column("processing_hash", sa.String(64)),
+    sa.Column("chunk_ids", sa.JSON, nullable=False, default=list),
+    sa.Column("title", sa.Text),
+    sa.Column("url", sa.Text),
+    sa.Column("last_seen_run", sa.String(250)),
+    sa.Column("last_indexed_run", sa.String(250)),
+    sa.Column("missing_runs", sa.Integer, nullable=False, default=0),
+    sa.Column("failure_count", sa.Integer, nullable=False, default=0),
+    sa.Column("last_failure_run", sa.String(250)),
+    sa.Column("last_error", sa.Text),
+    sa.Column("last_error_reason", sa.String(100)),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+runs_table = sa.Table(
+    "tributary_runs",
+    _meta,
+    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("source", sa.String(200), nullable=False, index=True),
+    sa.Column("dag_id", sa.String(250)),
+    sa.Column("run_type", sa.String(50)),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("params", sa.JSON),
+    sa.Column("counts", sa.JSON),
+    sa.Column("window_start", sa.DateTime(timezone=True)),
+    sa.Column("window_end", sa.DateTime(timezone=True)),
+    sa.Column("index_backend", sa.String(50)),
+    sa.Column("index_name", sa.String(200)),
+    sa.Column("error", sa.Text),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("ended_at", sa.DateTime(timezone=True)),
+)
+
+run_items_table = sa.Table(
+    "tributary_run_items",
+    _meta,
+    sa.Column("run_id", sa.String(250), primary_key=True),
+    sa.Column("item_key", sa.String(2048), primary_key=True),
+    sa.Column("source", sa.String(200), nullable=False),
+    sa.Column("doc_id", sa.String(64)),
+    sa.Column("action", sa.String(20), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("version_before", sa.JSON),
+    sa.Column("version_after", sa.JSON),
+    sa.Column("content_hash", sa.String(64)),
+    sa.Column("byte_size", sa.Integer),
+    sa.Column("staged_path", sa.Text),
+    sa.Column("parser", sa.String(100)),
+    sa.Column("parser_version", sa.String(50)),
+    sa.Column("blocks", sa.Integer),
+    sa.Column("chars", sa.Integer),
+    sa.Column("chunker", sa.String(100)),
+    sa.Column("chunker_options_hash", sa.String(64)),
+    sa.Column("chunks_added", sa.JSON),
+    sa.Column("chunks_kept", sa.JSON),
+    sa.Column("chunks_removed", sa.JSON),
+    sa.Column("stage_ms", sa.JSON),
+    sa.Column("error", sa.Text),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+)
+sa.Index("run_items_source_key", run_items_table.c.source, run_items_table.c.item_key)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(slots=True)
+class ItemState:
+    source: str
+    item_key: str
+    doc_id: str
+    version: VersionEvidence | None
+    content_hash: str | None
+    processing_hash: str | None
+    chunk_ids: list[str]
+    title: str | None = None
+    url: str | None = None
+    last_seen_run: str | None = None
+    last_indexed_run: str | None = None
+    missing_runs: int = 0
+    failure_count: int = 0
+    last_failure_run: str | None = None
+    last_error: str | None = None
+    last_error_reason: str | None = None
+
+    @property
+    def indexed(self) -> bool:
+        """True when a version of this item is in the index (a never-indexed failure is not)."""
+        return self.version is not None
+
+
+@dataclass(slots=True)
+class RunItem:
+    """One lineage row; ``action`` is new|changed|unchanged|deleted|failed|skipped."""
+
+    item_key: str
+    action: str
+    doc_id: str | None = None
+    reason: str | None = None
+    version_before: dict[str, Any] | None = None
+    version_after: dict[str, Any] | None = None
+    content_hash: str | None = None
+    byte_size: int | None = None
+    staged_path: str | None = None
+    parser: str | None = None
+    parser_version: str | None = None
+    blocks: int | None = None
+    chars: int | None = None
+    chunker: str | None = None
+    chunker_options_hash: str | None = None
+    chunks_added: list[str] = field(default_factory=list)
+    chunks_kept: list[str] = field(default_factory=list)
+    chunks_removed: list[str] = field(default_factory=list)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+class StateStore:
+    """State and lineage for all sources. Thread-safe through SQLAlchemy's pool."""
+
+    def __init__(self, url: str) -> None:
+        kwargs: dict[str, Any] = {"future": True}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 60}
+        self.engine: Engine = sa.create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        _meta.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ------------------------------------------------------------------------------- items
+    def items(self, source: str) -> dict[str, ItemState]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(items_table).where(items_table.c.source == source))
+            return {r.item_key: _item(r) for r in rows}
+
+    def get_item(self, source: str, item_key: str) -> ItemState | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(items_table).where(items_table.c.source == source, items_table.c.item_key == item_key)
+            ).first()
+            return _item(row) if row else None
+
+    def find_by_doc_id(self, doc_id: str) -> ItemState | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(items_table).where(items_table.c.doc_id == doc_id)).first()
+            return _item(row) if row else None
+
+    def save_items(self, states: Iterable[ItemState]) -> None:
+        """Insert or replace item rows (idempotent: re-running a commit writes the same rows)."""
+        now = _now()
+        with self.engine.begin() as conn:
+            for st in states:
+                values = {
+                    "doc_id": st.doc_id,
+                    "version": st.version.to_dict() if st.version else None,
+                    "content_hash": st.content_hash,
+                    "processing_hash": st.processing_hash,
+                    "chunk_ids": list(st.chunk_ids),
+                    "title": st.title,
+                    "url": st.url,
+                    "last_seen_run": st.last_seen_run,
+                    "last_indexed_run": st.last_indexed_run,
+                    "missing_runs": st.missing_runs,
+                    "failure_count": st.failure_count,
+                    "last_failure_run": st.last_failure_run,
+                    "last_error": st.last_error,
+                    "last_error_reason": st.last_error_reason,
+                    "updated_at": now,
+                }
+                key = (items_table.c.source == st.source) & (items_table.c.item_key == st.item_key)
+                updated = conn.execute(items_table.update().where(key).values(**values)).rowcount
+                if not updated:
+                    conn.execute(items_table.insert().values(source=st.source, item_key=st.item_key, **values))
+
+    def delete_items(self, source: str, item_keys: Iterable[str]) -> None:
+        keys = list(item_keys)
+        if not keys:
+            return
+        with self.engine.begin() as conn:
+            for chunk in _batched(keys, 500):
+                conn.execute(
+                    items_table.delete().where(items_table.c.source == source, items_table.c.item_key.in_(chunk))
+                )
+
+    # ------------------------------------------------------------------------------- runs
+    def start_run(
+        self,
+        run_id: str,
+        source: str,
+        *,
+        dag_id: str | None = None,
+        run_type: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        window: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
+        index_backend: str | None = None,
+        index_name: str | None = None,
+    ) -> None:
+        values = {
+            "source": source,
+            "dag_id": dag_id,
+            "run_type": run_type,
+            "status": "running",
+            "params": dict(params or {}),
+            "counts": {},
+            "window_start": window[0],
+            "window_end": window[1],
+            "index_backend": index_backend,
+            "index_name": index_name,
+            "error": None,
+            "ended_at": None,
+        }
+        with self.engine.begin() as conn:
+            if not conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(**values)).rowcount:
+                conn.execute(runs_table.insert().values(run_id=run_id, started_at=_now(), **values))
+
+    def finish_run(self, run_id: str, status: str, counts: Mapping[str, Any], error: str | None = None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == run_id)
+                .values(status=status, counts=dict(counts), error=error, ended_at=_now())
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(runs_table).where(runs_table.c.run_id == run_id)).first()
+            return dict(row._mapping) if row else None
+
+    def runs(self, source: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        q = sa.select(runs_table).order_by(runs_table.c.started_at.desc()).limit(limit)
+        if source:
+            q = q.where(runs_table.c.source == source)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def record_run_items(self, run_id: str, source: str, items: Iterable[RunItem]) -> None:
+        now = _now()
+        with self.engine.begin() as conn:
+            for it in items:
+                values = {f: getattr(it, f) for f in RunItem.__dataclass_fields__ if f != "item_key"}
+                values.update(source=source, recorded_at=now)
+                key = (run_items_table.c.run_id == run_id) & (run_items_table.c.item_key == it.item_key)
+                if not conn.execute(run_items_table.update().where(key).values(**values)).rowcount:
+                    conn.execute(run_items_table.insert().values(run_id=run_id, item_key=it.item_key, **values))
+
+    def run_items(self, run_id: str, action: str | None = None) -> list[dict[str, Any]]:
+        q = sa.select(run_items_table).where(run_items_table.c.run_id == run_id).order_by(run_items_table.c.item_key)
+        if action:
+            q = q.where(run_items_table.c.action == action)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def item_history(self, source: str, item_key: str) -> list[dict[str, Any]]:
+        q = (
+            sa.select(run_items_table)
+            .where(run_items_table.c.source == source, run_items_table.c.item_key == item_key)
+            .order_by(run_items_table.c.recorded_at)
+        )
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def _item(row: Any) -> ItemState:
+    return ItemState(
+        source=row.source,
+        item_key=row.item_key,
+        doc_id=row.doc_id,
+        version=VersionEvidence.from_dict(row.version) if row.version is not None else None,
+        content_hash=row.content_hash,
+        processing_hash=row.processing_hash,
+        chunk_ids=list(row.chunk_ids or []),
+        title=row.title,
+        url=row.url,
+        last_seen_run=row.last_seen_run,
+        last_indexed_run=row.last_indexed_run,
+        missing_runs=row.missing_runs or 0,
+        failure_count=row.failure_count or 0,
+        last_failure_run=row.last_failure_run,
+        last_error=row.last_error,
+        last_error_reason=row.last_error_reason,
+    )
+
+
+def _batched(seq: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()

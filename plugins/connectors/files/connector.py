@@ -1,0 +1,86 @@
+"""``files`` connector: every file under a root directory is one item.
+
+Options: ``root`` (directory), ``include`` (glob patterns, default ``["**/*"]``), ``exclude``
+(glob patterns), ``max_file_bytes`` (default 100 MiB; larger files are recorded as failed).
+Version evidence is the file's modification time and size; the listing is always complete,
+so files removed from the folder are deleted from the index.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import mimetypes
+from pathlib import Path
+
+from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
+from plugins.connectors.base import Connector, Discovery, DiscoveryRequest, FetchError, register_connector
+
+__all__ = ["FilesConnector"]
+
+
+@register_connector
+class FilesConnector(Connector):
+    kind = "files"
+
+    @property
+    def root(self) -> Path:
+        return Path(self.source.options["root"]).expanduser().resolve()
+
+    def _files(self) -> list[Path]:
+        include = self.source.options.get("include") or ["**/*"]
+        exclude = self.source.options.get("exclude") or []
+        found: set[Path] = set()
+        for pattern in include:
+            found.update(p for p in self.root.glob(pattern) if p.is_file() and not p.is_symlink())
+        return sorted(p for p in found if not any(p.relative_to(self.root).match(x) for x in exclude))
+
+    def discover(self, request: DiscoveryRequest) -> Discovery:
+        if not self.root.is_dir():
+            # An unreadable root must never look like "every file was deleted".
+            raise FileNotFoundError(f"files source root {self.root} is not a directory")
+        changes: list[Change] = []
+        keys: set[str] = set()
+        for path in self._files():
+            key = path.relative_to(self.root).as_posix()
+            keys.add(key)
+            stat = path.stat()
+            mtime = dt.datetime.fromtimestamp(stat.st_mtime, dt.UTC)
+            version = VersionEvidence(modified_time=mtime.isoformat(), revision=f"size:{stat.st_size}")
+            if request.window_start and mtime < request.window_start:
+                continue
+            if request.window_end and mtime >= request.window_end:
+                continue
+            known = request.known.get(key)
+            if known is None:
+                kind = ChangeKind.NEW
+            elif known.modified_time == version.modified_time and known.revision == version.revision:
+                kind = ChangeKind.UNCHANGED
+            else:
+                kind = ChangeKind.CHANGED
+            changes.append(Change(key, kind, version, url=path.as_uri(), title=path.name))
+        return Discovery(changes, complete=True, all_keys=keys, stats={"files": len(keys)})
+
+    def fetch(self, change: Change) -> RawDocument:
+        path = (self.root / change.item_key).resolve()
+        if not path.is_relative_to(self.root):
+            raise FetchError(f"{change.item_key} escapes the source root", reason="path_traversal", retryable=False)
+        limit = int(self.source.options.get("max_file_bytes", 100 * 1024 * 1024))
+        try:
+            size = path.stat().st_size
+            if size > limit:
+                raise FetchError(f"{size} bytes > limit {limit}", reason="too_large", retryable=False)
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise FetchError(f"{change.item_key} vanished before it was read", reason="not_found") from exc
+        return RawDocument(
+            item_key=change.item_key,
+            data=data,
+            file_name=path.name,
+            media_type=mimetypes.guess_type(path.name)[0],
+            url=path.as_uri(),
+            title=path.stem,
+            version=change.version,
+        )
+
+    def input_dataset(self) -> tuple[str, str]:
+        return ("file", str(self.root))

@@ -1,0 +1,195 @@
+"""Reusable Airflow operators for every stage of a sync.
+
+Each operator is thin: it resolves the source config and the run, then calls one function of
+``include.engine``. They exchange only manifest paths through XCom (the bytes live in the
+staging area), so they can be dropped into any DAG::
+
+    discover = DiscoverOperator(task_id="discover", source="web:demo")
+    fetched = FetchOperator.partial(task_id="fetch", source="web:demo").expand(batch=discover.output["batches"])
+    parsed = ParseOperator.partial(task_id="parse", source="web:demo").expand(manifest=fetched.output)
+    chunked = ChunkOperator.partial(task_id="chunk", source="web:demo").expand(manifest=parsed.output)
+    upserted = UpsertOperator.partial(task_id="upsert", source="web:demo").expand(manifest=chunked.output)
+    upserted >> CommitStateOperator(task_id="commit", source="web:demo") >> RunSummaryOperator(...)
+
+``source`` is a source id (``kind:name``), DAG id or name from the sources file. Heavy
+libraries are imported inside ``execute`` so that parsing DAG files stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+if TYPE_CHECKING:
+    from include.engine import RunContext
+
+__all__ = [
+    "ChunkOperator",
+    "CommitStateOperator",
+    "DiscoverOperator",
+    "FetchOperator",
+    "ParseOperator",
+    "RunSummaryOperator",
+    "UpsertOperator",
+    "run_context",
+]
+
+
+def run_context(source: str, context: Any) -> RunContext:
+    """Build the engine's RunContext from an Airflow task context."""
+    from include.engine import RunContext, RunParams, get_source
+
+    src = get_source(source)
+    dag_run = context.get("dag_run")
+    params = RunParams.from_mapping(dict(context.get("params") or {}))
+    run_type = str(getattr(dag_run, "run_type", "") or "").split(".")[-1].lower() or None
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if params.window_start is None and params.window_end is None and start and end:
+        overlap = src.options.get("window_overlap_minutes")
+        if run_type == "backfill":
+            # A backfill re-syncs what was modified inside each interval.
+            params.window_start, params.window_end = start, end
+        elif run_type == "scheduled" and overlap is not None:
+            # Scheduled windows overlap the previous one: clock skew and late edits are not missed.
+            params.window_start, params.window_end = start - dt.timedelta(minutes=float(overlap)), end
+    return RunContext(
+        source=src,
+        run_id=context["run_id"],
+        params=params,
+        dag_id=context["dag"].dag_id if context.get("dag") else src.dag_id,
+        run_type=run_type,
+    )
+
+
+class _SourceOperator(BaseOperator):
+    template_fields: Sequence[str] = ("source",)
+    ui_color = "#d6eaf8"
+
+    def __init__(self, *, source: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+
+
+class DiscoverOperator(_SourceOperator):
+    """Ask the connector what changed; plan fetch batches and deletions (mass-delete guarded).
+
+    Returns ``{"run_id", "plan", "batches"}`` and pushes ``batches`` under its own XCom key so
+    that ``discover.output["batches"]`` can be expanded over.
+    """
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from include.engine import discover_stage, start_run
+        from include.stores import open_state_store
+
+        ctx = run_context(self.source, context)
+        store = open_state_store()
+        try:
+            start_run(ctx, store)
+            result = discover_stage(ctx, store)
+        finally:
+            store.close()
+        context["ti"].xcom_push(key="batches", value=result["batches"])
+        return result
+
+
+class FetchOperator(_SourceOperator):
+    """Fetch one batch's items through the connector; writes the batch's ``fetched`` manifest."""
+
+    template_fields: Sequence[str] = ("source", "batch")
+
+    def __init__(self, *, batch: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batch = batch
+
+    def execute(self, context: Any) -> str:
+        from include.engine import fetch_stage, open_connector
+
+        ctx = run_context(self.source, context)
+        with open_connector(ctx) as connector:
+            return fetch_stage(self.batch, connector)
+
+
+class _ManifestOperator(_SourceOperator):
+    template_fields: Sequence[str] = ("source", "manifest")
+
+    def __init__(self, *, manifest: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.manifest = manifest
+
+
+class ParseOperator(_ManifestOperator):
+    """Parse a batch's fetched bytes into ParsedDocuments (parser chosen by sniffed media type)."""
+
+    def execute(self, context: Any) -> str:
+        from include.engine import get_source, parse_stage
+
+        return parse_stage(self.manifest, get_source(self.source))
+
+
+class ChunkOperator(_ManifestOperator):
+    """Chunk a batch's parsed documents with the source's chunker and options."""
+
+    def execute(self, context: Any) -> str:
+        from include.engine import chunk_stage, get_source
+
+        return chunk_stage(self.manifest, get_source(self.source))
+
+
+class UpsertOperator(_ManifestOperator):
+    """Write a batch's chunks to the source's index (new first, stale deleted after)."""
+
+    def execute(self, context: Any) -> str:
+        from include.engine import get_source, upsert_stage
+        from include.index import open_index
+
+        src = get_source(self.source)
+        return upsert_stage(self.manifest, src, lambda: open_index(src.index))
+
+
+class CommitStateOperator(_SourceOperator):
+    """Apply deletions, then commit item state and lineage for what reached the index."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "none_failed")  # runs when there was nothing to fetch
+        super().__init__(**kwargs)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from include.engine import commit_stage
+        from include.index import open_index
+        from include.stores import open_state_store
+
+        ctx = run_context(self.source, context)
+        store = open_state_store()
+        try:
+            return commit_stage(ctx, store, lambda: open_index(ctx.source.index))
+        finally:
+            store.close()
+
+
+class RunSummaryOperator(_SourceOperator):
+    """Close the run in the run log, clean staging, and attach the counts to the index asset event."""
+
+    def __init__(self, *, counts: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "none_failed")
+        super().__init__(**kwargs)
+        self.counts = counts
+
+    template_fields: Sequence[str] = ("source", "counts")
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from include.engine import finish_stage
+        from include.stores import open_state_store
+
+        ctx = run_context(self.source, context)
+        store = open_state_store()
+        try:
+            counts = finish_stage(ctx, store, dict(self.counts or {}))
+        finally:
+            store.close()
+        for outlet in self.outlets or []:
+            context["outlet_events"][outlet].extra = {"source": ctx.source.source_id, "run_id": ctx.run_id, **counts}
+        self.log.info("run %s of %s: %s", ctx.run_id, ctx.source.source_id, counts)
+        return counts
