@@ -1,0 +1,164 @@
+"""Typed errors for the Feishu Open Platform, decoded from the generic ``code``/``msg``/``data``
+envelope, its ``error`` object and the HTTP status.
+
+Callers act on the class, never on ``msg`` (Feishu says its text is not stable):
+
+- :class:`FeishuTokenInvalid` — drop the cached tenant token and retry once;
+- :class:`FeishuRateLimited` — wait ``retry_after`` (from ``x-ogw-ratelimit-reset``) and retry;
+- :class:`FeishuServerError` / :class:`FeishuNetworkError` — back off and retry;
+- :class:`FeishuAuthError`, :class:`FeishuPermissionError`, :class:`FeishuNotFoundError`,
+  :class:`FeishuParamError`, :class:`FeishuDataError` — never retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "RATE_LIMIT_CODES",
+    "TOKEN_INVALID_CODES",
+    "FeishuAuthError",
+    "FeishuDataError",
+    "FeishuError",
+    "FeishuNetworkError",
+    "FeishuNotFoundError",
+    "FeishuParamError",
+    "FeishuPermissionError",
+    "FeishuRateLimited",
+    "FeishuServerError",
+    "FeishuTokenInvalid",
+    "error_from_response",
+]
+
+# The gateway's "token no longer good" codes: re-fetch the tenant token and retry once
+# (what the official Go SDK does in core/httptransport.go).
+TOKEN_INVALID_CODES = frozenset({99991663, 99991664, 99991665, 99991671})
+# Generic frequency limit plus the export (1069923) and file download (1061045) specific ones.
+RATE_LIMIT_CODES = frozenset({99991400, 1069923, 1061045})
+_AUTH_CODES = frozenset({99991661, 99991401, 99991403, 10003, 10013, 10014, 1061005, 1069701})
+_PERMISSION_CODES = frozenset({99991672, 1061004, 1069902, 1770032, 970003, 91204})
+_NOT_FOUND_CODES = frozenset({1061003, 1061007, 1069906, 1069914, 1770002, 1770003, 91203, 970005, 131005})
+_PARAM_CODES = frozenset({1061002, 1064001, 1069904, 1069918, 1060001, 99992402})
+_SERVER_CODES = frozenset({1061001, 1069901, 1069704, 2200, 5000, 600, 91201})
+
+
+class FeishuError(Exception):
+    """Base class. ``code`` is Feishu's business code (None for transport failures)."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        status: int | None = None,
+        log_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.log_id = log_id
+        self.details = details or {}
+
+    def __str__(self) -> str:
+        parts = [super().__str__()]
+        if self.code is not None:
+            parts.append(f"code={self.code}")
+        if self.status is not None:
+            parts.append(f"http={self.status}")
+        if self.log_id:
+            parts.append(f"log_id={self.log_id}")
+        return " ".join(parts)
+
+
+class FeishuAuthError(FeishuError):
+    """Credentials or app configuration are wrong (bad secret, IP allow-list, quota)."""
+
+
+class FeishuTokenInvalid(FeishuAuthError):
+    """The tenant token was rejected; a fresh token may succeed."""
+
+    retryable = True
+
+
+class FeishuPermissionError(FeishuError):
+    """The app may not read this item (not shared to the app, missing scope)."""
+
+
+class FeishuNotFoundError(FeishuError):
+    """The item does not exist or was deleted."""
+
+
+class FeishuParamError(FeishuError):
+    """The request was malformed (a bug or a misconfiguration); retrying cannot help."""
+
+
+class FeishuDataError(FeishuError):
+    """The response was not what the API documents (bad JSON, missing fields, too large)."""
+
+
+class FeishuRateLimited(FeishuError):
+    """A frequency limit tripped. ``retry_after`` is the server's reset hint in seconds."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_after = retry_after
+
+
+class FeishuServerError(FeishuError):
+    """A 5xx or an internal-error code: transient."""
+
+    retryable = True
+
+
+class FeishuNetworkError(FeishuError):
+    """Connect/read failure or timeout before a response arrived."""
+
+    retryable = True
+
+
+def _reset_hint(headers: Any) -> float | None:
+    raw = headers.get("x-ogw-ratelimit-reset") if headers is not None else None
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def error_from_response(status: int, body: dict[str, Any] | None, headers: Any = None) -> FeishuError:
+    """Translate one failed response into the most specific error class."""
+    body = body or {}
+    code = body.get("code")
+    code = code if isinstance(code, int) else None
+    err = body.get("error") if isinstance(body.get("error"), dict) else {}
+    log_id = err.get("log_id") or err.get("logid") or (headers.get("x-tt-logid") if headers is not None else None)
+    msg = str(body.get("msg") or f"HTTP {status}")
+    kwargs: dict[str, Any] = {"code": code, "status": status, "log_id": log_id, "details": err}
+    if status == 429 or code in RATE_LIMIT_CODES:
+        return FeishuRateLimited(msg, retry_after=_reset_hint(headers), **kwargs)
+    if code in TOKEN_INVALID_CODES:
+        return FeishuTokenInvalid(msg, **kwargs)
+    if code in _AUTH_CODES:
+        return FeishuAuthError(msg, **kwargs)
+    if code in _PERMISSION_CODES:
+        return FeishuPermissionError(msg, **kwargs)
+    if code in _NOT_FOUND_CODES:
+        return FeishuNotFoundError(msg, **kwargs)
+    if code in _PARAM_CODES:
+        return FeishuParamError(msg, **kwargs)
+    if code in _SERVER_CODES or status >= 500:
+        return FeishuServerError(msg, **kwargs)
+    # No (known) business code: fall back to the HTTP status.
+    if status == 401:
+        return FeishuAuthError(msg, **kwargs)
+    if status == 403:
+        return FeishuPermissionError(msg, **kwargs)
+    if status in (404, 410):
+        return FeishuNotFoundError(msg, **kwargs)
+    if 400 <= status < 500:
+        return FeishuParamError(msg, **kwargs)
+    return FeishuDataError(msg, **kwargs)

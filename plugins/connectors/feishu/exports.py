@@ -1,0 +1,223 @@
+"""Export tickets: create them for a batch, poll them concurrently, download the results.
+
+Online documents are exported in three steps: create a task (a *ticket*), poll it until
+``job_status`` is terminal, download the file (which Feishu deletes 10 minutes after the task
+ends). The steps are split so the waiting can happen anywhere: in the triggerer (the
+deferrable operator), or in-process (:func:`poll_in_process`) where deferral is unavailable.
+A ticket is a small JSON-able record so it can travel through trigger kwargs and events.
+
+``job_status``: 1/2 pending, 0 done, anything else a terminal failure carrying
+``job_error_msg`` — recorded per document, never failing the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+from tenacity import AsyncRetrying
+
+from plugins.connectors.base import FetchError
+from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, decode_json, retry_policy
+from plugins.connectors.feishu.errors import (
+    FeishuDataError,
+    FeishuError,
+    FeishuNetworkError,
+    FeishuNotFoundError,
+    FeishuPermissionError,
+    FeishuRateLimited,
+    FeishuTokenInvalid,
+)
+
+__all__ = [
+    "DEFAULT_FORMATS",
+    "AsyncExportPoller",
+    "ExportTicket",
+    "fetch_error_for",
+    "poll_in_process",
+    "poll_tickets",
+    "start_export",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FORMATS = {"doc": "docx", "docx": "docx", "sheet": "xlsx", "bitable": "xlsx"}
+PENDING_STATUSES = frozenset({1, 2})
+# Terminal failures that may succeed on a later run (internal error, timeout, copy in progress).
+_RETRYABLE_STATUSES = frozenset({3, 108, 122})
+
+
+@dataclass(slots=True)
+class ExportTicket:
+    item_key: str
+    doc_type: str
+    extension: str
+    ticket: str
+    state: str = "pending"  # pending | done | failed
+    job_status: int | None = None
+    job_error_msg: str | None = None
+    file_token: str | None = None
+    file_size: int | None = None
+    file_name: str | None = None
+    error_reason: str | None = None
+    polls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportTicket:
+        return cls(**data)
+
+    def apply(self, result: dict[str, Any]) -> None:
+        """Fold one poll result into the ticket."""
+        self.polls += 1
+        status = result.get("job_status")
+        if not isinstance(status, int):
+            self.state, self.error_reason = "failed", "export_bad_response"
+            self.job_error_msg = f"poll result without an integer job_status: {result!r}"[:300]
+            return
+        self.job_status = status
+        self.job_error_msg = result.get("job_error_msg")
+        if status in PENDING_STATUSES:
+            return
+        if status == 0 and result.get("file_token"):
+            self.state = "done"
+            self.file_token = str(result["file_token"])
+            self.file_size = result.get("file_size")
+            self.file_name = result.get("file_name")
+            return
+        self.state = "failed"
+        self.error_reason = f"export_status_{status}"
+
+    def failure(self) -> FetchError:
+        msg = f"export of {self.doc_type} {self.item_key} ended with job_status={self.job_status}: {self.job_error_msg}"
+        if self.error_reason == "export_timeout":
+            msg = f"export of {self.doc_type} {self.item_key} still pending at the deadline ({self.polls} polls)"
+        retryable = self.job_status in _RETRYABLE_STATUSES or self.error_reason in (
+            "export_timeout",
+            "export_poll_error",
+        )
+        return FetchError(msg, reason=self.error_reason or "export_failed", retryable=retryable)
+
+
+def fetch_error_for(exc: FeishuError, what: str) -> FetchError:
+    """Map a client error onto the engine's per-item failure."""
+    if isinstance(exc, FeishuPermissionError):
+        return FetchError(f"{what}: {exc}", reason="permission_denied", retryable=False)
+    if isinstance(exc, FeishuNotFoundError):
+        return FetchError(f"{what}: {exc}", reason="not_found", retryable=False)
+    if isinstance(exc, FeishuDataError) and "limit" in str(exc):
+        return FetchError(f"{what}: {exc}", reason="too_large", retryable=False)
+    if isinstance(exc, FeishuRateLimited):
+        return FetchError(f"{what}: {exc}", reason="rate_limited", retryable=True)
+    return FetchError(f"{what}: {type(exc).__name__}: {exc}", reason="feishu_error", retryable=exc.retryable)
+
+
+def start_export(client: FeishuClient, item_key: str, doc_type: str, formats: dict[str, str]) -> ExportTicket:
+    """Create one export task. Raises FetchError when the type cannot be exported or Feishu refuses."""
+    ext = formats.get(doc_type) or DEFAULT_FORMATS.get(doc_type)
+    if not ext:
+        raise FetchError(f"type {doc_type!r} cannot be exported", reason="unsupported_type", retryable=False)
+    try:
+        ticket = client.create_export(item_key, doc_type, ext)
+    except FeishuError as exc:
+        raise fetch_error_for(exc, f"creating export of {doc_type} {item_key}") from exc
+    return ExportTicket(item_key=item_key, doc_type=doc_type, extension=ext, ticket=ticket)
+
+
+class AsyncExportPoller:
+    """Polls export tickets over ``httpx.AsyncClient``, sharing token cache and budgets.
+
+    Token fetches and Redis budget calls are short and run in a worker thread, so the event
+    loop (the triggerer's, shared by many triggers) never blocks on them.
+    """
+
+    def __init__(self, settings: FeishuSettings) -> None:
+        self.settings = settings
+        self._sync = FeishuClient(settings)  # token cache + budget (their I/O goes to threads)
+        self._http = httpx.AsyncClient(base_url=settings.base_url, timeout=settings.timeout)
+        self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+        await asyncio.to_thread(self._sync.close)
+
+    async def _poll_once(self, ticket: ExportTicket) -> dict[str, Any]:
+        for refresh in (False, True):
+            token = await asyncio.to_thread(self._sync.tokens.get)
+            await self._sync.budget.acquire_async("export_poll", max_wait=self.settings.rate_limit_max_wait)
+            try:
+                resp = await self._http.get(
+                    f"/drive/v1/export_tasks/{ticket.ticket}",
+                    params={"token": ticket.item_key},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+            except httpx.TransportError as exc:
+                raise FeishuNetworkError(f"poll {ticket.ticket}: {type(exc).__name__}") from exc
+            try:
+                return dict((decode_json(resp).get("data") or {}).get("result") or {})
+            except FeishuTokenInvalid:
+                await asyncio.to_thread(self._sync.tokens.invalidate, token)
+                if refresh:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def poll(self, ticket: ExportTicket) -> dict[str, Any]:
+        async for attempt in AsyncRetrying(**self._policy):
+            with attempt:
+                return await self._poll_once(ticket)
+        raise AssertionError("unreachable")
+
+
+async def poll_tickets(
+    poller: AsyncExportPoller,
+    tickets: list[ExportTicket],
+    *,
+    deadline: float,
+    interval: float = 1.0,
+    max_interval: float = 15.0,
+) -> list[ExportTicket]:
+    """Poll every pending ticket concurrently until each is terminal or ``deadline`` (epoch s).
+
+    Each ticket backs off on its own (interval doubling up to ``max_interval``): small documents
+    finish in a poll or two, large ones are not hammered.
+    """
+
+    async def follow(t: ExportTicket) -> None:
+        delay = interval
+        while t.state == "pending":
+            try:
+                t.apply(await poller.poll(t))
+            except FeishuError as exc:
+                t.state, t.error_reason, t.job_error_msg = "failed", "export_poll_error", str(exc)[:300]
+                return
+            if t.state != "pending":
+                return
+            if time.time() + delay > deadline:
+                t.state, t.error_reason = "failed", "export_timeout"
+                return
+            await asyncio.sleep(delay)
+            delay = min(max_interval, delay * 2)
+
+    await asyncio.gather(*(follow(t) for t in tickets if t.state == "pending"))
+    return tickets
+
+
+def poll_in_process(
+    settings: FeishuSettings, tickets: list[ExportTicket], *, deadline: float, interval: float, max_interval: float
+) -> list[ExportTicket]:
+    """The non-deferrable path: the same concurrent polling, run in this process."""
+
+    async def run() -> list[ExportTicket]:
+        poller = AsyncExportPoller(settings)
+        try:
+            return await poll_tickets(poller, tickets, deadline=deadline, interval=interval, max_interval=max_interval)
+        finally:
+            await poller.aclose()
+
+    return asyncio.run(run())

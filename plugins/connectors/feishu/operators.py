@@ -1,0 +1,92 @@
+"""The Feishu fetch operator: creates a batch's export tasks, defers while Feishu renders them,
+then downloads and writes the same ``fetched`` manifest as the generic fetch task.
+
+The DAG factory uses it instead of the generic fetch task because
+``FeishuConnector.fetch_operator`` names it. Waiting happens in
+:class:`~plugins.connectors.feishu.trigger.FeishuExportTrigger` so no worker slot is held;
+with ``deferrable=False`` (option or argument) the same concurrent polling runs in the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from plugins.connectors.base import ConnectorContext, FetchError
+from plugins.connectors.feishu.exports import ExportTicket
+
+__all__ = ["FeishuExportFetchOperator"]
+
+
+class FeishuExportFetchOperator(BaseOperator):
+    template_fields: Sequence[str] = ("source_name", "manifest_path")
+
+    def __init__(self, *, source_name: str, manifest_path: str, deferrable: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source_name = source_name
+        self.manifest_path = manifest_path
+        self.deferrable = deferrable
+
+    def _connector(self):
+        from include.engine import get_source
+        from include.settings import get_settings
+        from plugins.connectors.base import get_connector_class
+
+        source = get_source(self.source_name)
+        cls = get_connector_class(source.kind)
+        return cls(source, ConnectorContext(redis_url=get_settings().redis_url, log=self.log))
+
+    def execute(self, context: Any) -> str:
+        from include.engine import read_batch
+
+        changes = read_batch(self.manifest_path)
+        with self._connector() as connector:
+            tickets, failures = connector.start_exports(changes)
+            pending = [t for t in tickets if t.state == "pending"]
+            deferrable = self.deferrable
+            if deferrable is None:
+                deferrable = bool(connector.options.get("deferrable", True))
+            self.log.info("%d export tasks created, %d refused; deferring: %s", len(tickets), len(failures), deferrable)
+            if pending and deferrable:
+                from plugins.connectors.feishu.trigger import FeishuExportTrigger
+
+                self.defer(
+                    trigger=FeishuExportTrigger(
+                        conn_id=connector.conn_id,
+                        tickets=[t.to_dict() for t in tickets],
+                        redis_url=connector.redis_url,
+                        client_overrides=connector.client_overrides(),
+                        **connector.poll_kwargs(),
+                    ),
+                    method_name="execute_complete",
+                    kwargs={"failures": [_failure_dict(k, e) for k, e in failures]},
+                )
+            connector.poll_exports(tickets)
+            return self._finish(connector, changes, tickets, [_failure_dict(k, e) for k, e in failures])
+
+    def execute_complete(self, context: Any, event: dict[str, Any], failures: list[dict] | None = None) -> str:
+        from include.engine import read_batch
+
+        if event.get("status") == "error":
+            self.log.warning("export polling ended early: %s", event.get("error"))
+        tickets = [ExportTicket.from_dict(t) for t in event.get("tickets") or []]
+        for t in tickets:
+            if t.state == "pending":  # polling stopped without a verdict for this one
+                t.state, t.error_reason = "failed", "export_poll_error"
+                t.job_error_msg = str(event.get("error") or "polling stopped")[:300]
+        with self._connector() as connector:
+            return self._finish(connector, read_batch(self.manifest_path), tickets, list(failures or []))
+
+    def _finish(self, connector, changes, tickets: list[ExportTicket], failures: list[dict]) -> str:
+        from include.engine import ItemFailure, write_fetched_manifest
+
+        docs, more = connector.finish_batch(changes, tickets)
+        all_failures = [ItemFailure(**f) for f in failures] + [ItemFailure(**_failure_dict(k, e)) for k, e in more]
+        self.log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
+        return write_fetched_manifest(self.manifest_path, docs, all_failures)
+
+
+def _failure_dict(item_key: str, exc: FetchError) -> dict[str, Any]:
+    return {"item_key": item_key, "reason": exc.reason, "error": str(exc), "retryable": exc.retryable, "stage": "fetch"}
