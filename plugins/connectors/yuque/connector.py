@@ -143,7 +143,9 @@ class YuqueConnector(Connector):
             except RecordError as exc:
                 # its docs are unknown this run, so nothing may be inferred deleted
                 self.log.warning("Yuque repo record skipped: %s", exc.reason)
-                walk.skipped.append({"key": None, "reason": f"repo record: {exc.reason}"})
+                walk.skipped.append(
+                    {"item_key": f"{login}/<repo record>", "reason": f"malformed repo record: {exc.reason}"}
+                )
                 walk.incomplete("a repo record was unreadable")
                 continue
             if not types or repo.type in types:
@@ -163,13 +165,14 @@ class YuqueConnector(Connector):
                 continue
             if not listing.complete:
                 walk.incomplete(f"repo {repo.namespace}: {listing.reason}")
-            for raw in listing.records:
+            for position, raw in enumerate(listing.records):
                 try:
                     doc = DocSummary.from_api(raw)
                 except RecordError as exc:
                     key = f"{repo.namespace}/{exc.record_id}" if exc.record_id is not None else None
-                    self.log.warning("Yuque doc record skipped (%s): %s", key or repo.namespace, exc.reason)
-                    walk.skipped.append({"key": key, "reason": exc.reason})
+                    label = key or f"{repo.namespace}/<record #{position}>"
+                    self.log.warning("Yuque doc record skipped (%s): %s", label, exc.reason)
+                    walk.skipped.append({"item_key": label, "reason": f"malformed list record: {exc.reason}"})
                     if key is None:
                         walk.incomplete(f"repo {repo.namespace}: a doc record without a readable id")
                     else:
@@ -279,7 +282,8 @@ class YuqueConnector(Connector):
         stats = {
             "repos": len(walk.repos),
             "docs_listed": len(walk.docs),
-            "skipped_records": walk.skipped,
+            # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
+            "skipped": walk.skipped,
             "incomplete_reasons": walk.incomplete_reasons,
         }
         if walk.skipped:
