@@ -41,20 +41,49 @@ class ParserSpec:
     media_types: tuple[str, ...]
     extensions: tuple[str, ...]
     fn: ParserFn
+    # run in a forked child with a hard deadline: for parsers whose C code may hang (pdfium)
+    isolate: bool = False
 
 
 _BY_MEDIA_TYPE: dict[str, ParserSpec] = {}
 _BY_EXTENSION: dict[str, ParserSpec] = {}
-_SNIFFERS: list[Callable[[bytes, str], str | None]] = []
+Sniffer = Callable[[bytes, str], str | None]
+_SNIFFERS: list[Sniffer] = []
+_TEXT_SNIFFERS: list[Sniffer] = []
+
+# Declared types that say nothing about the content: never trusted over sniffing.
+_GENERIC_TYPES = frozenset(
+    {
+        "application/octet-stream",
+        "binary/octet-stream",
+        "application/x-download",
+        "application/download",
+        "application/unknown",
+        "text/plain",
+        "application/force-download",
+    }
+)
+# Container formats: a name or a declared type only counts when the bytes' magic agrees,
+# otherwise an HTML error page saved as ``report.pdf`` would reach the PDF parser.
+BINARY_TYPES: set[str] = set()
 
 
 def register_parser(
-    name: str, version: str, media_types: tuple[str, ...], extensions: tuple[str, ...] = ()
+    name: str,
+    version: str,
+    media_types: tuple[str, ...],
+    extensions: tuple[str, ...] = (),
+    *,
+    isolate: bool = False,
 ) -> Callable[[ParserFn], ParserFn]:
-    """Decorator: register ``fn`` for the given media types and file extensions."""
+    """Decorator: register ``fn`` for the given media types and file extensions.
+
+    ``isolate=True`` runs the parser in a forked child process by default (option ``isolate``
+    overrides), so a hang inside C code still ends at the time budget.
+    """
 
     def deco(fn: ParserFn) -> ParserFn:
-        spec = ParserSpec(name, version, media_types, tuple(e.lower().lstrip(".") for e in extensions), fn)
+        spec = ParserSpec(name, version, media_types, tuple(e.lower().lstrip(".") for e in extensions), fn, isolate)
         for mt in media_types:
             _BY_MEDIA_TYPE[mt] = spec
         for ext in spec.extensions:
@@ -64,10 +93,19 @@ def register_parser(
     return deco
 
 
-def register_sniffer(fn: Callable[[bytes, str], str | None]) -> Callable[[bytes, str], str | None]:
-    """Register a content sniffer ``(data, file_name) -> media type or None``; first hit wins."""
-    _SNIFFERS.append(fn)
-    return fn
+def register_sniffer(fn: Sniffer | None = None, *, text: bool = False) -> Any:
+    """Register a content sniffer ``(data, file_name) -> media type or None``; first hit wins.
+
+    Magic-number sniffers (the default) run before the declared type and the file extension;
+    ``text=True`` sniffers (HTML vs Markdown vs CSV ...) run only when neither identified a
+    parser, because text formats are ambiguous by content and the name is the better hint.
+    """
+
+    def deco(f: Sniffer) -> Sniffer:
+        (_TEXT_SNIFFERS if text else _SNIFFERS).append(f)
+        return f
+
+    return deco(fn) if fn is not None else deco
 
 
 def _ensure_loaded() -> None:
@@ -76,19 +114,28 @@ def _ensure_loaded() -> None:
 
 
 def sniff_media_type(data: bytes, file_name: str = "", declared: str | None = None) -> str | None:
-    """Media type by content first, then the declared type, then the file extension."""
+    """Media type: magic numbers, then the declared type, the extension, text sniffing."""
     _ensure_loaded()
     for sniffer in _SNIFFERS:
         found = sniffer(data, file_name)
         if found:
             return found
-    if declared:
-        base = declared.split(";")[0].strip().lower()
-        if base in _BY_MEDIA_TYPE:
-            return base
+    base = declared.split(";")[0].strip().lower() if declared else ""
+    if base in _BY_MEDIA_TYPE and base not in _GENERIC_TYPES and base not in BINARY_TYPES:
+        return base
     ext = file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
-    if ext in _BY_EXTENSION:
-        return _BY_EXTENSION[ext].media_types[0]
+    by_ext = _BY_EXTENSION.get(ext)
+    if by_ext is not None and by_ext.media_types[0] not in BINARY_TYPES:
+        return by_ext.media_types[0]
+    for sniffer in _TEXT_SNIFFERS:
+        found = sniffer(data, file_name)
+        if found:
+            return found
+    if base in _BY_MEDIA_TYPE and base not in BINARY_TYPES:
+        return base
+    if base in BINARY_TYPES or (by_ext is not None and by_ext.media_types[0] in BINARY_TYPES):
+        # claimed to be PDF/Office but the bytes say otherwise
+        return "application/octet-stream"
     guessed, _ = mimetypes.guess_type(file_name)
     return guessed
 
@@ -105,7 +152,10 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
     media_type = sniff_media_type(raw.data, raw.file_name, raw.media_type)
     spec = get_parser(media_type)
     if spec is None:
-        raise ParseError(ParseErrorCode.UNSUPPORTED, f"no parser for media type {media_type!r} ({raw.file_name})")
+        raise ParseError(
+            ParseErrorCode.UNSUPPORTED,
+            f"no parser for media type {media_type!r} ({raw.file_name}); declared {raw.media_type!r}",
+        )
     ctx = ParseContext(
         file_name=raw.file_name,
         media_type=media_type,
@@ -113,17 +163,73 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
         url=raw.url,
         options=options or {},
     )
-    try:
-        doc = spec.fn(raw.data, ctx)
-    except ParseError:
-        raise
-    except MemoryError as exc:
-        raise ParseError(ParseErrorCode.TOO_LARGE, f"{spec.name}: out of memory") from exc
-    except Exception as exc:  # a parser bug or a malformed file must not fail the batch
-        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: {type(exc).__name__}: {exc}") from exc
+    isolate = ctx.options.get("isolate", spec.isolate)
+    doc = _run_isolated(spec, raw.data, ctx) if isolate else _run(spec, raw.data, ctx)
     doc.parser = spec.name
     doc.parser_version = spec.version
     doc.media_type = doc.media_type or media_type
     if not doc.title:
         doc.title = raw.title
     return doc
+
+
+def _run(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:
+    try:
+        return spec.fn(data, ctx)
+    except ParseError:
+        raise
+    except MemoryError as exc:
+        raise ParseError(ParseErrorCode.TOO_LARGE, f"{spec.name}: out of memory") from exc
+    except RecursionError as exc:
+        raise ParseError(ParseErrorCode.BOMB, f"{spec.name}: nesting too deep") from exc
+    except Exception as exc:  # a parser bug or a malformed file must not fail the batch
+        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: {type(exc).__name__}: {exc}") from exc
+
+
+def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:
+    """Run the parser in a forked child; kill it when the time budget (+ grace) runs out.
+
+    Cooperative deadline checks cannot interrupt a C library stuck inside one call; a process
+    can always be killed. Fork keeps start-up cheap (no re-import) and the child exits with
+    ``os._exit`` so no inherited atexit handler or buffer runs twice.
+    """
+    import multiprocessing
+    import os
+
+    from plugins.parsers._common import Limits
+
+    budget = Limits.from_options(ctx.options).time_budget_s
+    mp = multiprocessing.get_context("fork")
+    receiver, sender = mp.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            result: tuple[str, Any] = ("ok", _run(spec, data, ctx).to_dict())
+        except ParseError as exc:
+            result = ("error", (exc.code.value, exc.message))
+        except BaseException as exc:
+            result = ("error", (ParseErrorCode.CORRUPT.value, f"{spec.name}: {type(exc).__name__}: {exc}"))
+        try:
+            sender.send(result)
+        finally:
+            os._exit(0)
+
+    proc = mp.Process(target=child, daemon=True)
+    proc.start()
+    sender.close()
+    try:
+        if not receiver.poll(budget + 2.0):
+            raise ParseError(ParseErrorCode.TIMEOUT, f"{spec.name}: no result within the {budget:g}s time budget")
+        try:
+            status, payload = receiver.recv()
+        except EOFError as exc:  # the child died: segfault in C code, or killed for memory
+            proc.join(1.0)
+            raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died ({proc.exitcode})") from exc
+    finally:
+        receiver.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5.0)
+    if status == "ok":
+        return ParsedDocument.from_dict(payload)
+    raise ParseError(payload[0], payload[1])
