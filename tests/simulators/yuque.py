@@ -24,6 +24,7 @@ import json
 import threading
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -139,6 +140,8 @@ class YuqueSimulator:
         self.retry_after: str | None = "0"
         self.counters: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
+        # called after each answered request with its path: lets a test edit the space mid-walk
+        self.on_request: Callable[[str], None] | None = None
         self._hour_counts: Counter[str] = Counter()
         self._clock = _EPOCH
         self._ids = 1000
@@ -347,14 +350,20 @@ class YuqueSimulator:
         @app.get("/api/v2/{path:path}")
         def api(path: str, request: Request) -> Any:
             with self._lock:
-                return self._handle(path.strip("/").split("/"), request)
+                response = self._handle(path.strip("/").split("/"), request)
+                if self.on_request is not None:
+                    self.on_request(path)
+                return response
 
         return app
 
     def _handle(self, parts: list[str], request: Request) -> Any:
         q = request.query_params
         self.counters["requests"] += 1
-        self.requests.append({"path": "/".join(parts), "query": dict(q)})
+        # the token is never recorded; the User-Agent is, so tests can check it was sent
+        self.requests.append(
+            {"path": "/".join(parts), "query": dict(q), "user_agent": request.headers.get("user-agent")}
+        )
         if self.require_user_agent and not request.headers.get("user-agent", "").strip():
             return self._error(403, "请设置 User-Agent 请求头")
         token = request.headers.get("x-auth-token", "")

@@ -159,13 +159,14 @@ class YuqueClient:
     def list_docs(self, repo: str | int, *, deleted: bool = False, page_size: int = PAGE_LIMIT) -> DocListing:
         """Page through a repo's docs with offset/limit until exhausted, checked against meta.total.
 
-        The listing is *complete* only if the number of distinct ids seen equals the final
-        ``meta.total``: docs created or deleted while we page shift offsets, and a walk that may
-        have missed one must not be used to infer deletions.
+        The listing is *complete* only if ``meta.total`` stayed the same on every page and equals
+        the number of distinct ids seen: docs created or deleted while we page shift offsets, and
+        a walk that may have missed one must not be used to infer deletions.
         """
         page_size = min(max(1, page_size), PAGE_LIMIT)
         listing = DocListing()
         seen: set[Any] = set()
+        totals: set[int] = set()
         offset = 0
         params: dict[str, Any] = {"limit": page_size}
         if deleted:
@@ -176,6 +177,8 @@ class YuqueClient:
             meta = envelope.get("meta") if isinstance(envelope.get("meta"), dict) else {}
             total = meta.get("total")
             listing.total = total if isinstance(total, int) else None
+            if listing.total is not None:
+                totals.add(listing.total)
             if not isinstance(page, list):
                 raise YuqueTransportError("doc listing 'data' is not a list")
             for record in page:
@@ -184,7 +187,11 @@ class YuqueClient:
             offset += len(page)
             if len(page) < page_size or (listing.total is not None and offset >= listing.total):
                 break
-        if listing.total is not None and len(seen) != listing.total:
+        if len(totals) > 1:
+            # a doc created or deleted mid-walk shifts offsets: one may have slipped past unseen
+            listing.complete = False
+            listing.reason = f"meta.total changed while paging ({min(totals)}..{max(totals)})"
+        elif listing.total is not None and len(seen) != listing.total:
             listing.complete = False
             listing.reason = f"saw {len(seen)} distinct docs, meta.total says {listing.total}"
         return listing
