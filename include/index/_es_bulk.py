@@ -302,8 +302,9 @@ def run_bulk(
 ) -> BulkReport:
     """Send ``ops`` in bounded batches; re-send rejected items with exponential backoff.
 
-    ``send`` posts one bulk body and returns the response (request-level failures are its
-    business: the backend wraps it in a tenacity retry). Items that stay rejected after
+    ``send`` posts one bulk body and returns the response; request-level retries are its
+    business (the backend wraps it in tenacity), and an exception it finally raises fails that
+    batch's documents, not the whole call. Items that stay rejected after
     ``max_attempts`` are reported as failures of their document, never dropped.
     """
     report = report or BulkReport()
@@ -313,7 +314,12 @@ def run_bulk(
         attempt += 1
         retry: list[BulkOp] = []
         for batch in batch_ops(pending, max_count=max_count, max_bytes=max_bytes):
-            resp = send([op.payload for op in batch])
+            try:
+                resp = send([op.payload for op in batch])
+            except Exception as exc:  # request-level retries are exhausted: the batch's docs fail
+                for op in batch:
+                    report.fail(op, f"bulk request failed: {type(exc).__name__}: {exc}")
+                continue
             items = resp.get("items") or []
             if len(items) != len(batch):
                 for op in batch:

@@ -1,0 +1,179 @@
+"""Elasticsearch-only behaviour beyond the shared contract (needs ELASTICSEARCH_URL), plus the
+connection set-up, which needs no server."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from include.config import IndexConfig
+from include.index import open_index
+from include.index._es_mapping import physical_index_pattern, rebuild_alias, template_name
+from tests.index.helpers import make_write
+
+SRC = "web:demo"
+
+
+@pytest.fixture
+def es_index(es_url: str) -> Iterator[tuple[str, object]]:
+    from elasticsearch import Elasticsearch
+
+    from include.index.elasticsearch import ElasticsearchIndex
+
+    alias = f"tributary-test-{uuid.uuid4().hex[:10]}"
+    index = ElasticsearchIndex(Elasticsearch(es_url), alias, refresh="true", initial_backoff=0.1)
+    yield alias, index
+    index.close()
+    admin = Elasticsearch(es_url)
+    admin.options(ignore_status=404).indices.delete(index=physical_index_pattern(alias))
+    admin.options(ignore_status=404).indices.delete_index_template(name=template_name(alias))
+    admin.close()
+
+
+def test_open_index_builds_the_backend_from_config(es_url: str) -> None:
+    from elasticsearch import Elasticsearch
+
+    alias = f"tributary-test-{uuid.uuid4().hex[:10]}"
+    cfg = IndexConfig(backend="elasticsearch", name=alias, options={"url": es_url, "refresh": "true"})
+    idx = open_index(cfg)
+    try:
+        assert idx.backend_name == "elasticsearch"
+        [res] = idx.upsert([make_write(SRC, "a.html", ["hello world"])])
+        assert res.ok and idx.count() == 1
+        admin = Elasticsearch(es_url)
+        # the name is an alias over generation 0, created from our template
+        assert list(admin.indices.get_alias(name=alias).body) == [f"{alias}__v0"]
+        mapping = admin.indices.get_mapping(index=alias).body[f"{alias}__v0"]["mappings"]
+        assert mapping["dynamic"] == "strict" and mapping["properties"]["content_sm_ltks"]["analyzer"] == "cjk"
+        admin.close()
+    finally:
+        idx.close()
+        admin = Elasticsearch(es_url)
+        admin.options(ignore_status=404).indices.delete(index=physical_index_pattern(alias))
+        admin.options(ignore_status=404).indices.delete_index_template(name=template_name(alias))
+        admin.close()
+
+
+def test_stored_chunk_carries_the_memorybear_fields(es_index) -> None:  # type: ignore[no-untyped-def]
+    _, idx = es_index
+    w = make_write(SRC, "docs/r.pdf", ["第一页的内容", "second page"], title="报告", positions=True)
+    idx.upsert([w])
+    got = idx.get_chunk(w.chunks[0].chunk_id)
+    assert got["docnm_kwd"] == "r.pdf" and got["content_with_weight"] == "第一页的内容"
+    assert got["title_tks"] == got["title_sm_tks"] == "报告"
+    assert got["page_num_int"] == [1] and got["position_int"] == [[1, 10, 200, 20, 40]] and got["top_int"] == [20]
+    # searchable through the copied, analysed fields and through the title
+    assert [h.chunk_id for h in idx.search("页的内")] == [w.chunks[0].chunk_id]
+    assert {h.chunk_id for h in idx.search("报告")} == {c.chunk_id for c in w.chunks}
+
+
+def test_item_failure_is_reported_for_its_document_only_and_keeps_its_old_chunks(es_index) -> None:  # type: ignore[no-untyped-def]
+    _, idx = es_index
+    old = make_write(SRC, "bad.html", ["old one", "old two", "old three"])
+    idx.upsert([old])
+    bad = make_write(SRC, "bad.html", ["new one"], stale=[c.chunk_id for c in old.chunks[1:]])
+    bad.chunks[0].token_count = "not-a-number"  # type: ignore[assignment]  # rejected by the mapping
+    good = make_write(SRC, "good.html", ["fine"])
+    res_bad, res_good = idx.upsert([bad, good])
+    assert not res_bad.ok and "document_parsing_exception" in (res_bad.error or "")
+    assert (res_bad.written, res_bad.deleted) == (0, 0)
+    assert res_good.ok and res_good.written == 1
+    # new chunks first, stale after: the failed write deleted nothing
+    assert idx.chunk_ids(doc_id=old.document.doc_id) == {c.chunk_id for c in old.chunks}
+    assert idx.get_chunk(old.chunks[0].chunk_id)["text"] == "old one"
+
+
+def test_rebuild_scoped_to_one_source_keeps_the_other_sources(es_index, es_url: str) -> None:  # type: ignore[no-untyped-def]
+    alias, idx = es_index
+    mine_old = make_write(SRC, "old.html", ["dropped by the rebuild"])
+    theirs = make_write("feishu:wiki", "n1", ["another source's chunk"])
+    idx.upsert([mine_old, theirs])
+    idx.begin_rebuild(source=SRC)
+    mine_new = make_write(SRC, "new.html", ["rebuilt content"])
+    late = make_write("feishu:wiki", "n2", ["written by the other source during the rebuild"])
+    idx.upsert([mine_new, late])
+    # the other source's write went live at once; the rebuilt source's waits for the swap
+    assert idx.count(source="feishu:wiki") == 2 and idx.count(source=SRC) == 1
+    idx.finish_rebuild(True)
+    assert idx.chunk_ids(source=SRC) == {mine_new.chunks[0].chunk_id}
+    assert idx.chunk_ids(source="feishu:wiki") == {theirs.chunks[0].chunk_id, late.chunks[0].chunk_id}
+    from elasticsearch import Elasticsearch
+
+    admin = Elasticsearch(es_url)
+    assert len(admin.indices.get(index=physical_index_pattern(alias)).body) == 1  # the old one is gone
+    assert not admin.indices.exists_alias(name=rebuild_alias(alias))
+    admin.close()
+
+
+def test_document_deleted_during_a_rebuild_does_not_come_back(es_index) -> None:  # type: ignore[no-untyped-def]
+    _, idx = es_index
+    a, b = make_write(SRC, "a.html", ["a"]), make_write(SRC, "b.html", ["b"])
+    idx.upsert([a, b])
+    idx.begin_rebuild()
+    idx.upsert([a, b])
+    assert idx.delete_documents(SRC, [b.document.doc_id]) == 1
+    assert idx.count() == 1  # gone from the live index at once
+    idx.finish_rebuild(True)
+    assert idx.chunk_ids() == {a.chunks[0].chunk_id}
+
+
+def test_a_second_process_sees_the_rebuild_in_progress(es_index, es_url: str) -> None:  # type: ignore[no-untyped-def]
+    from elasticsearch import Elasticsearch
+
+    from include.index.elasticsearch import ElasticsearchIndex
+
+    alias, idx = es_index
+    old = make_write(SRC, "old.html", ["old"])
+    idx.upsert([old])
+    idx.begin_rebuild()
+    other = ElasticsearchIndex(Elasticsearch(es_url), alias, refresh="true")  # e.g. another worker
+    new = make_write(SRC, "new.html", ["new"])
+    [res] = other.upsert([new])
+    assert res.ok and other.chunk_ids() == {old.chunks[0].chunk_id}  # readers still see the live one
+    other.close()
+    idx.finish_rebuild(True)
+    assert idx.chunk_ids() == {new.chunks[0].chunk_id}
+
+
+# --------------------------------------------------------------------------- connection set-up
+
+
+def test_client_from_url_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from include.index.elasticsearch import client_from_options
+
+    monkeypatch.setenv("ELASTICSEARCH_URL", "http://elastic:s3cret@127.0.0.1:9299")
+    client = client_from_options({})
+    node = client.transport.node_pool.get()
+    assert (node.config.host, node.config.port) == ("127.0.0.1", 9299)
+    assert node.config.headers["authorization"].startswith("Basic ")  # credentials from the URL
+    client.close()
+    client = client_from_options({"url": "http://127.0.0.1:9301"})
+    assert client.transport.node_pool.get().config.port == 9301
+    client.close()
+
+
+def test_client_from_airflow_connection_through_the_provider_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    from include.index.elasticsearch import client_from_options
+
+    monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:1")  # an explicit conn_id wins
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ES_TRIBUTARY",
+        '{"conn_type": "elasticsearch", "host": "127.0.0.1", "port": 9277, "schema": "http", "login": "u", "password": "p"}',
+    )
+    client = client_from_options({"conn_id": "es_tributary"})
+    node = client.transport.node_pool.get()
+    assert (node.config.scheme, node.config.host, node.config.port) == ("http", "127.0.0.1", 9277)
+    client.close()
+
+
+def test_bad_options_are_refused_before_any_request() -> None:
+    from elasticsearch import Elasticsearch
+
+    from include.index.elasticsearch import ElasticsearchIndex
+
+    with pytest.raises(ValueError, match="refresh"):
+        ElasticsearchIndex(Elasticsearch("http://127.0.0.1:1"), "tributary", refresh="sometimes")
+    with pytest.raises(ValueError, match="index name"):
+        ElasticsearchIndex(Elasticsearch("http://127.0.0.1:1"), "Bad Name")
