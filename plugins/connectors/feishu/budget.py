@@ -72,6 +72,7 @@ class RequestBudget:
         redis_client: Any = None,
         limits: Mapping[str, Sequence[Sequence[float]]] | None = None,
         namespace: str = "tributary:feishu:budget",
+        padding: float | None = None,
     ) -> None:
         self.app_id = app_id
         self._redis = redis_client
@@ -80,9 +81,17 @@ class RequestBudget:
         for api, windows in (limits or {}).items():
             merged[api] = tuple((int(n), float(s)) for n, s in windows)
         self.limits = merged
+        # A slot is granted when the request leaves, but Feishu counts it when it arrives; network
+        # and scheduling jitter between the two would let a full window land inside the server's
+        # one. Each window is therefore held a little longer than documented.
+        self._padding = padding
         self._script = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
         self._counter = 0
         self._counter_lock = threading.Lock()
+
+    def _window(self, seconds: float) -> float:
+        pad = self._padding if self._padding is not None else min(0.5, 0.2 * seconds)
+        return seconds + pad
 
     def _keys(self, api: str) -> list[str]:
         return [f"{self._namespace}:{self.app_id}:{api}:{n}/{s:g}" for n, s in self.limits.get(api, ())]
@@ -98,7 +107,7 @@ class RequestBudget:
                 member = f"{id(self)}:{threading.get_ident()}:{self._counter}:{time.time_ns()}"
             args: list[Any] = [member]
             for n, s in windows:
-                args += [n, int(s * 1000)]
+                args += [n, int(self._window(s) * 1000)]
             wait_ms = int(self._script(keys=self._keys(api), args=args))
             return wait_ms / 1000.0
         return self._reserve_local(api, windows)
@@ -110,10 +119,11 @@ class RequestBudget:
             wait = 0.0
             for key, (n, s) in zip(self._keys(api), windows, strict=True):
                 log = _LOCAL_LOGS.setdefault(key, deque())
-                while log and log[0] <= now - s:
+                span = self._window(s)
+                while log and log[0] <= now - span:
                     log.popleft()
                 if len(log) >= n:
-                    wait = max(wait, log[0] + s - now + 0.001)
+                    wait = max(wait, log[0] + span - now + 0.001)
                 logs.append(log)
             if wait > 0:
                 return wait
