@@ -173,6 +173,7 @@ class Crawler:
         result = await self.fetcher.fetch(url, hop_allowed=self._hop_refusal)
         self._account(result)
         if result.error:
+            self.errors[f"robots_{result.error}" if result.error.startswith("http_") else result.error] += 1
             return 0 if not result.error.startswith("http_") else result.status, b"", result.error
         return result.status, result.body, None
 

@@ -240,20 +240,30 @@ class Fetcher:
         addresses = await self.guard.resolve(hostname, port)
         host = host_key(url)
         await self.politeness.wait(host, self.delay_for(host))
+        # Connect to an address we checked, not to whatever DNS says a moment later; try the
+        # next one when an address does not answer (e.g. localhost's ::1 with an IPv4 server).
+        for number, address in enumerate(addresses):
+            request = self._pinned_request(url, hostname, address, extra_headers)
+            try:
+                return await self._client.send(request, stream=True)
+            except httpx.ConnectError:
+                if number == len(addresses) - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _pinned_request(self, url: str, hostname: str, address: str, extra_headers: Mapping[str, str]) -> httpx.Request:
+        parts = urlsplit(url)
         headers = dict(extra_headers)
         extensions: dict[str, str] = {}
         target = url
-        address = addresses[0]
         if address != hostname.strip("[]"):
-            # Connect to the address we checked, not to whatever DNS says a moment later.
             ip_host = f"[{address}]" if ":" in address else address
             netloc = ip_host if parts.port is None else f"{ip_host}:{parts.port}"
             target = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
             headers["Host"] = parts.netloc
             if parts.scheme == "https":
                 extensions["sni_hostname"] = hostname
-        request = self._client.build_request("GET", target, headers=headers, extensions=extensions)
-        return await self._client.send(request, stream=True)
+        return self._client.build_request("GET", target, headers=headers, extensions=extensions)
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
         limit = self.config.max_body_bytes

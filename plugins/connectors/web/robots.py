@@ -75,6 +75,6 @@ class RobotsCache:
                 crawl_delay=min(float(delay), MAX_CRAWL_DELAY_S) if delay is not None else None,
                 sitemaps=list(parser.sitemaps),
             )
-        if 400 <= status < 500:
+        if 400 <= status < 500 and status != 429:  # 429 is "come back later", not "no file"
             return HostRobots(status="unavailable", detail=f"HTTP {status}")
         return HostRobots(status="unreachable", detail=detail or f"HTTP {status}")
