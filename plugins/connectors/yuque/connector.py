@@ -7,8 +7,8 @@ Options (``SourceConfig.options``):
 - ``login`` / ``owner_type`` (``user`` | ``group``): whose repos "all" means; default the
   token's own account (a team token's ``/user`` is a ``Group``).
 - ``repo_types``: only repos of these types (``Book``, ``Sheet``, ...); default all.
-- ``window_overlap_minutes`` (default 10): a windowed run also takes items modified this long
-  before ``window_start``, so edits saved while the previous window closed are not missed.
+- ``window_overlap_minutes``: read by the sync operator, which widens *scheduled* windows by it
+  (backfills keep their exact interval); the connector applies the window it is given as is.
 - ``breadcrumbs`` (default true): read each changed repo's TOC for the doc's heading path.
 - ``deleted_listing`` (default true): read ``?deleted=true`` for explicit tombstones.
 - ``max_sheet_bytes``: inflate cap for lakesheet bodies (default 64 MiB).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from include.config import SourceConfig
@@ -87,7 +87,6 @@ class YuqueConnector(Connector):
         opts = source.options
         namespaces = opts.get("namespaces")
         self.namespaces: list[str] | None = None if namespaces in (None, "all") else [str(n) for n in namespaces]
-        self.overlap = timedelta(minutes=float(opts.get("window_overlap_minutes", 10)))
         self.max_sheet_bytes = int(opts.get("max_sheet_bytes", DEFAULT_MAX_SHEET_BYTES))
 
     # ------------------------------------------------------------------ client
@@ -190,7 +189,7 @@ class YuqueConnector(Connector):
         if modified is None:
             return True
         start, end = _aware(request.window_start), _aware(request.window_end)
-        if start is not None and modified < start - self.overlap:
+        if start is not None and modified < start:
             return False
         return not (end is not None and modified >= end)
 
@@ -242,12 +241,15 @@ class YuqueConnector(Connector):
         walk = self._walk()
         only = set(request.only_keys) if request.only_keys is not None else None
         changes: list[Change] = []
+        unchanged: list[Change] = []
         for key, (repo, doc) in walk.docs.items():
             if only is not None and key not in only:
                 continue
             evidence = VersionEvidence(modified_time=doc.modified_time)
             known = request.known.get(key)
             if known is not None and known.modified_time == evidence.modified_time:
+                # reported so the engine's lineage and last-seen marks cover it; never fetched
+                unchanged.append(Change(key, ChangeKind.UNCHANGED, evidence, title=doc.title, reason="not modified"))
                 continue
             if not self._in_window(doc, request):
                 continue
@@ -277,6 +279,7 @@ class YuqueConnector(Connector):
                 for c in changes:
                     if c.metadata["namespace"] == repo.namespace:
                         c.metadata["breadcrumbs"] = [repo.name, *crumbs.get(c.metadata["doc_id"], [])]
+        changes.extend(unchanged)
         if self.source.options.get("deleted_listing", True):
             changes.extend(self._deletions(walk, request))
         stats = {
@@ -344,6 +347,4 @@ class YuqueConnector(Connector):
 def _aware(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
-    from datetime import UTC
-
     return value.replace(tzinfo=UTC)
