@@ -8,3 +8,4 @@ from plugins.chunkers.registry import chunk_document, get_chunker, register_chun
 __all__ = ["chunk_document", "get_chunker", "register_chunker"]
 
 # Built-in chunker modules register themselves on import (keep this list sorted).
+from plugins.chunkers import token_chunker  # noqa: F401  ("token" and "heading")

@@ -8,7 +8,7 @@ from typing import Any
 
 from include.contract import Chunk, ParsedDocument, options_hash
 
-__all__ = ["ChunkerSpec", "register_chunker", "get_chunker", "chunk_document"]
+__all__ = ["ChunkerSpec", "chunk_document", "get_chunker", "register_chunker"]
 
 ChunkerFn = Callable[[ParsedDocument, str, Mapping[str, Any]], list[Chunk]]
 

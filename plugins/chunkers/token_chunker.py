@@ -1,0 +1,221 @@
+"""The default chunker (``token``) and its heading-aware mode (``heading``).
+
+Blocks are merged in order into chunks of at most ``chunk_token_num`` cl100k_base tokens; a block
+too long for a chunk is split at delimiters, a sentence too long at token ends (see
+:mod:`plugins.chunkers.pack`). Tables never share a chunk with prose: runs of prose end at a
+table, and the table goes to :mod:`plugins.chunkers.table`.
+
+Heading mode (``headings: true``, or the ``heading`` chunker) starts every chunk with its heading
+path ``A > B > C`` on its own line, as the seed's ``tree_merge`` does; a chunk that starts at a
+heading folds that heading into the path instead of repeating it. Runs also end at every
+top-level heading, so no chunk spans two top-level sections (``cross_sections: true`` lifts
+that). The prefix counts toward the limit.
+
+Every chunk records in ``metadata`` how its text is composed, so consumers (and the
+losslessness tests) can take it apart: ``prefix_chars`` (heading path / table header at the
+start), ``overlap_chars`` and ``overlap_tokens`` (text repeated from the previous chunk),
+``heading_folded`` (the path's last heading is this chunk's own section heading).
+
+Options: :mod:`plugins.chunkers.options`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, content_hash
+from plugins.chunkers.options import ChunkOptions, delimiter_pattern
+from plugins.chunkers.pack import Draft, Prefix, pack_run
+from plugins.chunkers.registry import register_chunker
+from plugins.chunkers.table import TableRows, table_drafts
+from plugins.chunkers.tokenizer import count_tokens
+
+__all__ = ["chunk_heading", "chunk_token", "chunk_with_options", "heading_paths"]
+
+VERSION = "1"
+_SEPARATOR = " > "
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def heading_paths(blocks: list[Block]) -> list[tuple[str, ...]]:
+    """For every block, the headings it sits under (a heading block: under, not including itself).
+
+    Parsers fill ``Block.heading_path`` (a heading's own path ends with itself); when none of the
+    blocks carries one, the path is rebuilt from the heading blocks' levels.
+    """
+    if any(b.heading_path for b in blocks):
+        out = []
+        for b in blocks:
+            path = [_clean(h) for h in b.heading_path]
+            if b.kind == BlockKind.HEADING and path and path[-1] == _clean(b.text):
+                path.pop()
+            out.append(tuple(path))
+        return out
+    stack: list[tuple[int, str]] = []
+    out = []
+    for b in blocks:
+        if b.kind == BlockKind.HEADING:
+            level = b.level or 1
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            out.append(tuple(t for _, t in stack))
+            stack.append((level, _clean(b.text)))
+        else:
+            out.append(tuple(t for _, t in stack))
+    return out
+
+
+class _Headings:
+    """Prefix provider for one prose run in heading mode."""
+
+    def __init__(self, blocks: list[Block], paths: list[tuple[str, ...]], opts: ChunkOptions) -> None:
+        self.blocks = blocks
+        self.paths = paths
+        self.limit = opts.prefix_limit
+        self._cache: dict[tuple[str, ...], tuple[str, int]] = {}
+
+    def render(self, path: tuple[str, ...]) -> tuple[str, int]:
+        """Prefix text and tokens for ``path``; outer headings are dropped until it fits."""
+        hit = self._cache.get(path)
+        if hit is None:
+            hit = ("", 0)
+            for k in range(len(path)):
+                text = _SEPARATOR.join(path[k:]) + "\n"
+                tokens = count_tokens(text)
+                if tokens <= self.limit:
+                    hit = (text, tokens)
+                    break
+            self._cache[path] = hit
+        return hit
+
+    def __call__(self, unit: int, at_start: bool) -> Prefix:
+        blocks, paths = self.blocks, self.paths
+        path = paths[unit]
+        if at_start and blocks[unit].kind == BlockKind.HEADING:
+            # Fold the heading (and directly nested headings right after it) into the path.
+            folded = path
+            j = unit
+            while j < len(blocks) and blocks[j].kind == BlockKind.HEADING and paths[j] == folded:
+                folded = (*folded, _clean(blocks[j].text))
+                j += 1
+            text, tokens = self.render(folded)
+            if text == _SEPARATOR.join(folded) + "\n":  # the whole path fits: fold
+                return Prefix(text, tokens, list(folded), skip_to_unit=j)
+        text, tokens = self.render(path)
+        own = (*path, _clean(blocks[unit].text)) if blocks[unit].kind == BlockKind.HEADING else path
+        return Prefix(text, tokens, list(own))
+
+
+def _plain_prefix(blocks: list[Block], paths: list[tuple[str, ...]]) -> Any:
+    def prefix_at(unit: int, _at_start: bool) -> Prefix:
+        block = blocks[unit]
+        path = paths[unit]
+        if block.kind == BlockKind.HEADING:
+            path = (*path, _clean(block.text))
+        return Prefix(heading_path=list(path))
+
+    return prefix_at
+
+
+def _is_header_echo(block: Block, following: Block | None) -> bool:
+    """Spreadsheet parsers emit the header row as a paragraph before the rows; tables repeat it."""
+    return (
+        block.metadata.get("role") == "header"
+        and following is not None
+        and following.kind == BlockKind.TABLE
+        and bool(following.header)
+    )
+
+
+def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> list[Chunk]:
+    """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
+    blocks = doc.blocks
+    paths = heading_paths(blocks)
+    delims = delimiter_pattern(opts.delimiters)
+    drafts: list[Draft] = []
+    run: list[int] = []
+
+    def flush_run() -> None:
+        if not run:
+            return
+        run_blocks = [blocks[i] for i in run]
+        run_paths = [paths[i] for i in run]
+        prefix_at = _Headings(run_blocks, run_paths, opts) if opts.headings else _plain_prefix(run_blocks, run_paths)
+        drafts.extend(
+            pack_run(
+                [b.text for b in run_blocks],
+                [b.positions for b in run_blocks],
+                prefix_at,
+                limit=opts.chunk_token_num,
+                overlap=opts.overlap_tokens,
+                delimiters=delims,
+            )
+        )
+        run.clear()
+
+    table: TableRows | None = None
+
+    def flush_table() -> None:
+        nonlocal table
+        if table is not None:
+            path_prefix = ""
+            if opts.headings and table.heading_path:
+                path_prefix = _Headings([], [], opts).render(tuple(table.heading_path))[0]
+            drafts.extend(table_drafts(table, opts, path_prefix))
+            table = None
+
+    for i, block in enumerate(blocks):
+        if block.kind == BlockKind.TABLE:
+            flush_run()
+            same = (
+                table is not None
+                and block.header
+                and table.header == block.header
+                and table.heading_path == list(paths[i])
+            )
+            if same and table is not None:
+                table.extend(block)
+            else:
+                flush_table()
+                table = TableRows.from_block(block, list(paths[i]))
+            continue
+        flush_table()
+        if _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
+            continue
+        top_level = block.kind == BlockKind.HEADING and not paths[i]
+        if opts.headings and not opts.cross_sections and top_level:
+            flush_run()
+        run.append(i)
+    flush_run()
+    flush_table()
+    return [
+        Chunk(
+            chunk_id=chunk_id(doc_id, seq),
+            doc_id=doc_id,
+            sequence=seq,
+            text=d.text,
+            token_count=d.token_count,
+            content_hash=content_hash(d.text),
+            heading_path=d.heading_path,
+            positions=d.positions,
+            kind=d.kind,
+            metadata=d.metadata,
+        )
+        for seq, d in enumerate(drafts)
+    ]
+
+
+@register_chunker("token", VERSION)
+def chunk_token(doc: ParsedDocument, doc_id: str, options: Mapping[str, Any]) -> list[Chunk]:
+    """Token-bounded chunks of merged blocks; tables chunked apart."""
+    return chunk_with_options(doc, doc_id, ChunkOptions.from_mapping(options))
+
+
+@register_chunker("heading", VERSION)
+def chunk_heading(doc: ParsedDocument, doc_id: str, options: Mapping[str, Any]) -> list[Chunk]:
+    """Like ``token``, with every chunk starting at its heading path (``headings`` forced on)."""
+    return chunk_with_options(doc, doc_id, ChunkOptions.from_mapping(options, headings=True))
