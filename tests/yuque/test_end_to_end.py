@@ -129,7 +129,7 @@ def test_malformed_record_skipped_and_reported(space, caplog):
 
 
 def test_unsupported_format_recorded_with_reason(space):
-    sim, docs = space
+    sim, _ = space
     board = sim.add_doc(next(iter(sim.repos.values())), "白板", format="board")
     summary = run_pipeline(yuque_source())
     assert summary.counts["new"] == 5 and summary.counts["failed"] == 1
