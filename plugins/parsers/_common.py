@@ -63,8 +63,8 @@ class Limits:
                 merged[f.name] = options[f.name]
         if "time_budget" in merged and "time_budget_s" not in merged:
             merged["time_budget_s"] = merged.pop("time_budget")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: type(getattr(cls, k))(v) for k, v in merged.items() if k in known})
+        defaults = {f.name: f.default for f in fields(cls)}
+        return cls(**{k: type(defaults[k])(v) for k, v in merged.items() if k in defaults})
 
     def check_size(self, data: bytes) -> None:
         if len(data) > self.max_bytes:

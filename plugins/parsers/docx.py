@@ -1,0 +1,351 @@
+"""DOCX: python-docx opens the package; the body is walked as XML to keep what it lacks.
+
+Body order (paragraphs and tables interleaved, content controls and custom XML unwrapped);
+headings by outline level or (inherited) heading style; numbered and bulleted lists with their
+markers; tables with rows and a header row (``w:tblHeader`` or auto-detected), merged cells
+filled, nested tables kept as text in their cell; hyperlinks (text kept, targets in block
+metadata); images as ``[image: alt text]`` references; text boxes after their paragraph;
+tracked changes with insertions kept and deletions dropped; footnotes and endnotes at the end;
+title/author/dates from core properties. Relationships pointing at missing parts (``NULL``) are
+repaired before python-docx sees the file.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from typing import Any
+
+from lxml import etree
+
+from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
+from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, parse_xml
+from plugins.parsers._docx_styles import Numbering, Styles, W, wval
+from plugins.parsers._ooxml import check_zip, repair_relationships, xml_error
+from plugins.parsers._tabular import _looks_like_header
+from plugins.parsers.registry import ParseContext, register_parser
+from plugins.parsers.sniff import DOCX
+
+__all__ = ["parse_docx"]
+
+_W = f"{{{W}}}"
+_R = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
+_WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
+_MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+_A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+_SKIP = frozenset(
+    {
+        "pPr",
+        "rPr",
+        "del",
+        "moveFrom",
+        "delText",
+        "instrText",
+        "sectPr",
+        "tblPr",
+        "trPr",
+        "tcPr",
+        "fldData",
+        "commentReference",
+        "footnoteReference",
+        "endnoteReference",
+        "annotationRef",
+    }
+)
+
+
+def _local(el: etree._Element) -> str:
+    tag = el.tag
+    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
+
+
+class _Walker:
+    def __init__(
+        self,
+        rels: dict[str, tuple[str, bool]],
+        styles: Styles,
+        numbering: Numbering,
+        builder: BlockBuilder,
+        deadline: Deadline,
+        header_mode: bool | None,
+    ) -> None:
+        self.rels = rels
+        self.styles = styles
+        self.numbering = numbering
+        self.b = builder
+        self.deadline = deadline
+        self.header_mode = header_mode
+        self._list: list[str] = []
+        self._list_ordered = False
+        self._list_num: str | None = None
+        self._count = 0
+        self.images = 0
+
+    # ------------------------------------------------------------------ body
+    def body(self, container: etree._Element) -> None:
+        for child in container:
+            self._count += 1
+            if self._count % 500 == 0:
+                self.deadline.check("docx")
+            tag = _local(child)
+            if tag == "p":
+                self.paragraph(child)
+            elif tag == "tbl":
+                self.flush_list()
+                self.table(child)
+            elif tag == "sdt":
+                content = child.find(f"{_W}sdtContent")
+                if content is not None:
+                    self.body(content)
+            elif tag in ("customXml", "ins", "smartTag", "moveTo", "AlternateContent", "Choice"):
+                self.body(_choice(child) if tag == "AlternateContent" else child)
+        self.flush_list()
+
+    def flush_list(self) -> None:
+        if self._list:
+            self.b.add(BlockKind.LIST, "\n".join(self._list), ordered=self._list_ordered)
+            self._list = []
+
+    def paragraph(self, p: etree._Element) -> None:
+        ppr = p.find(f"{_W}pPr")
+        style = wval(ppr, "pStyle") or self.styles.default_paragraph
+        parts: list[str] = []
+        boxes: list[etree._Element] = []
+        links: list[dict[str, str]] = []
+        self.inline(p, parts, boxes, links)
+        text = clean_text("".join(parts), keep_newlines=True)
+        level = self.styles.heading_level(style, wval(ppr, "outlineLvl"))
+        numpr = ppr.find(f"{_W}numPr") if ppr is not None else None
+        num_id, ilvl = (wval(numpr, "numId"), wval(numpr, "ilvl")) if numpr is not None else (None, None)
+        if num_id is None:
+            num_id, style_ilvl = self.styles.numbering(style)
+            ilvl = ilvl if ilvl is not None else (str(style_ilvl) if style_ilvl is not None else None)
+        extra: dict[str, Any] = {"links": links} if links else {}
+        if text and level is not None:
+            self.flush_list()
+            self.b.heading(text, level, **extra)
+        elif text and num_id not in (None, "0"):
+            depth = int(ilvl) if ilvl and ilvl.isdigit() else 0
+            marker, ordered = self.numbering.marker(num_id, depth)
+            if self._list and num_id != self._list_num and depth == 0:
+                self.flush_list()  # a different list starts
+            if not self._list:
+                self._list_ordered = ordered
+                self._list_num = num_id
+            self._list.append(f"{'  ' * depth}{marker} {text}")
+        elif text:
+            self.flush_list()
+            self.b.paragraph(text, **extra)
+        for box in boxes:
+            self.body(box)
+
+    # ------------------------------------------------------------------ inline content
+    def inline(
+        self, el: etree._Element, out: list[str], boxes: list[etree._Element], links: list[dict[str, str]]
+    ) -> None:
+        for child in el:
+            tag = _local(child)
+            if not tag or tag in _SKIP:
+                continue
+            if tag == "t":
+                out.append(child.text or "")
+            elif tag == "tab":
+                out.append("\t")
+            elif tag in ("br", "cr"):
+                out.append("\n")
+            elif tag == "noBreakHyphen":
+                out.append("-")
+            elif tag == "sym":
+                ch = child.get(f"{_W}char")
+                if ch:
+                    try:
+                        out.append(chr(int(ch, 16)))
+                    except ValueError:
+                        pass
+            elif tag == "hyperlink":
+                start = len(out)
+                self.inline(child, out, boxes, links)
+                rid = child.get(f"{_R}id")
+                target = self.rels.get(rid, ("", True))[0] if rid else ""
+                if not target and child.get(f"{_W}anchor"):
+                    target = "#" + child.get(f"{_W}anchor", "")
+                label = clean_text("".join(out[start:]))
+                if target and label:
+                    links.append({"text": label, "target": target})
+            elif tag in ("drawing", "pict", "object"):
+                self.drawing(child, out, boxes)
+            elif tag == "AlternateContent":
+                choice = _choice(child)
+                if choice is not None:
+                    self.inline(choice, out, boxes, links)
+            elif tag == "txbxContent":
+                boxes.append(child)
+            else:  # r, ins, smartTag, sdt, sdtContent, fldSimple, customXml, oMath, m:r ...
+                self.inline(child, out, boxes, links)
+
+    def drawing(self, el: etree._Element, out: list[str], boxes: list[etree._Element]) -> None:
+        boxes.extend(el.iter(f"{_W}txbxContent"))
+        for doc_pr in el.iter(f"{_WP}docPr"):
+            alt = clean_text(doc_pr.get("descr") or doc_pr.get("title") or "")
+            if el.find(f".//{_A}blip") is not None or alt:
+                self.images += 1
+                out.append(f" [image: {alt}] " if alt else "")
+
+    # ------------------------------------------------------------------ tables
+    def table(self, tbl: etree._Element) -> None:
+        rows, header_row = self._table_rows(tbl)
+        if not rows:
+            return
+        header = None
+        if (
+            header_row
+            or (self.header_mode is True)
+            or (self.header_mode is None and len(rows) >= 2 and _looks_like_header(rows[0], rows[1]))
+        ):
+            header = rows[0]
+            rows = rows[1:]
+        self.b.table(rows, header)
+
+    def _table_rows(self, tbl: etree._Element) -> tuple[list[list[str]], bool]:
+        rows: list[list[str]] = []
+        header_row = False
+        above: dict[int, str] = {}
+        for i, tr in enumerate(_children(tbl, "tr")):
+            trpr = tr.find(f"{_W}trPr")
+            if i == 0 and trpr is not None and trpr.find(f"{_W}tblHeader") is not None:
+                val = wval(trpr, "tblHeader")
+                header_row = val not in ("0", "false")
+            cells: list[str] = []
+            for tc in _children(tr, "tc"):
+                tcpr = tc.find(f"{_W}tcPr")
+                span = wval(tcpr, "gridSpan")
+                span_n = int(span) if span and span.isdigit() else 1
+                vmerge = tcpr.find(f"{_W}vMerge") if tcpr is not None else None
+                col = len(cells)
+                if vmerge is not None and vmerge.get(f"{_W}val") in (None, "continue"):
+                    text = above.get(col, "")
+                else:
+                    text = self._cell_text(tc)
+                cells.append(text)
+                cells.extend([""] * (min(span_n, 64) - 1))
+                above[col] = text
+            if any(c for c in cells):
+                rows.append(cells)
+        return rows, header_row
+
+    def _cell_text(self, tc: etree._Element) -> str:
+        lines: list[str] = []
+        for child in _flatten(tc):
+            tag = _local(child)
+            if tag == "p":
+                parts: list[str] = []
+                boxes: list[etree._Element] = []
+                self.inline(child, parts, boxes, [])
+                text = clean_text("".join(parts))
+                if text:
+                    lines.append(text)
+            elif tag == "tbl":  # nested table: its rows as text inside the cell
+                nested, _ = self._table_rows(child)
+                lines.extend(" | ".join(c for c in row if c) for row in nested)
+        return "\n".join(lines)
+
+
+def _choice(alt: etree._Element) -> etree._Element | None:
+    """mc:AlternateContent: the first mc:Choice (mc:Fallback duplicates it for old readers)."""
+    choice = alt.find(f"{_MC}Choice")
+    return choice if choice is not None else alt.find(f"{_MC}Fallback")
+
+
+def _children(el: etree._Element, name: str):
+    """Direct children named ``name``, looking through content controls / custom XML wrappers."""
+    for child in el:
+        tag = _local(child)
+        if tag == name:
+            yield child
+        elif tag in ("sdt", "customXml", "sdtContent", "ins"):
+            inner = child.find(f"{_W}sdtContent") if tag == "sdt" else child
+            if inner is not None:
+                yield from _children(inner, name)
+
+
+def _flatten(tc: etree._Element):
+    for child in tc:
+        tag = _local(child)
+        if tag in ("p", "tbl"):
+            yield child
+        elif tag in ("sdt", "customXml", "sdtContent", "ins"):
+            inner = child.find(f"{_W}sdtContent") if tag == "sdt" else child
+            if inner is not None:
+                yield from _flatten(inner)
+
+
+def _part_xml(document: Any, reltype_suffix: str) -> etree._Element | None:
+    for rel in document.part.rels.values():
+        if rel.is_external or not rel.reltype.endswith(reltype_suffix):
+            continue
+        part = rel.target_part
+        element = getattr(part, "element", None)
+        if element is not None:
+            return element
+        return parse_xml(part.blob, reltype_suffix)
+    return None
+
+
+def _notes(root: etree._Element | None, walker: _Walker, kind: str) -> None:
+    if root is None:
+        return
+    for note in root:
+        if note.get(f"{_W}type") in ("separator", "continuationSeparator", "continuationNotice"):
+            continue
+        for p in note.iter(f"{_W}p"):
+            parts: list[str] = []
+            walker.inline(p, parts, [], [])
+            walker.b.paragraph("".join(parts), note=kind)
+
+
+@register_parser("docx", "1.0", (DOCX,), ("docx", "docm", "dotx"))
+def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    import docx
+
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    zf = check_zip(data, limits, "docx")
+    if "word/document.xml" not in zf.namelist():
+        raise ParseError(ParseErrorCode.CORRUPT, "docx: no word/document.xml main part")
+    data = repair_relationships(data, zf)
+    try:
+        document = docx.Document(io.BytesIO(data))
+        body = document.element.body
+    except etree.XMLSyntaxError as exc:
+        raise xml_error(exc, "docx") from exc
+    except (KeyError, ValueError, zipfile.BadZipFile) as exc:
+        raise ParseError(ParseErrorCode.CORRUPT, f"docx: {type(exc).__name__}: {exc}") from exc
+    rels = {rid: (rel.target_ref, rel.is_external) for rid, rel in document.part.rels.items()}
+    styles = Styles(_part_xml(document, "/styles"))
+    numbering = Numbering(_part_xml(document, "/numbering"))
+    from plugins.parsers._tabular import header_option
+
+    builder = BlockBuilder(limits.max_blocks)
+    walker = _Walker(
+        rels, styles, numbering, builder, deadline, header_option(ctx.options.get("first_row_as_header", "auto"))
+    )
+    walker.body(body)
+    _notes(_part_xml(document, "/footnotes"), walker, "footnote")
+    _notes(_part_xml(document, "/endnotes"), walker, "endnote")
+    if not builder.blocks:
+        raise ParseError(ParseErrorCode.EMPTY, "no text content")
+    props = document.core_properties
+    meta: dict[str, Any] = {}
+    for key in ("author", "subject", "keywords", "category", "last_modified_by", "language"):
+        value = getattr(props, key, None)
+        if value:
+            meta[key] = value
+    for key in ("created", "modified"):
+        value = getattr(props, key, None)
+        if value:
+            meta[key] = value.isoformat()
+    if walker.images:
+        meta["images"] = walker.images
+    title = props.title or next((b.text for b in builder.blocks if b.kind == BlockKind.HEADING), None)
+    return ParsedDocument(blocks=builder.blocks, title=title, media_type=DOCX, metadata=meta)

@@ -1,0 +1,95 @@
+"""Legacy OLE formats (.doc / .xls / .ppt): converted to OOXML by LibreOffice, then parsed.
+
+Without ``soffice`` on the machine the document fails with ``unsupported`` and a reason that
+says so. Password-protected OOXML files are OLE containers too ("EncryptedPackage") and fail
+with ``encrypted``. The conversion runs in its own process group under the document's time
+budget and is killed whole when it overruns.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from include.contract import ParsedDocument, ParseError, ParseErrorCode
+from plugins.parsers._common import Deadline, Limits
+from plugins.parsers.registry import ParseContext, get_parser, register_parser
+from plugins.parsers.sniff import DOC, DOCX, OLE_ENCRYPTED, OLE_OTHER, PPT, PPTX, XLS, XLSX
+
+__all__ = ["convert_with_libreoffice", "parse_legacy"]
+
+_TARGETS = {DOC: ("docx", DOCX), XLS: ("xlsx", XLSX), PPT: ("pptx", PPTX)}
+_EXT = {DOC: "doc", XLS: "xls", PPT: "ppt"}
+# one LibreOffice profile per process, used by one conversion at a time (it locks its profile)
+_LOCK = threading.Lock()
+
+
+def _profile_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / f"tributary-lo-{os.getuid()}-{os.getpid()}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout: float) -> bytes:
+    """Convert ``data`` with headless LibreOffice; raises ParseError on failure or timeout."""
+    soffice = shutil.which("soffice") or shutil.which("libreoffice")
+    if soffice is None:
+        raise ParseError(
+            ParseErrorCode.UNSUPPORTED, f"legacy format .{src_ext}: LibreOffice (soffice) is not installed"
+        )
+    with _LOCK, tempfile.TemporaryDirectory(prefix="tributary-conv-") as tmp:
+        src = Path(tmp) / f"input.{src_ext}"
+        src.write_bytes(data)
+        cmd = [
+            soffice,
+            "--headless",
+            "--norestore",
+            "--nologo",
+            "--nolockcheck",
+            f"-env:UserInstallation={_profile_dir().as_uri()}",
+            "--convert-to",
+            target_ext,
+            "--outdir",
+            tmp,
+            str(src),
+        ]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired as exc:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise ParseError(ParseErrorCode.TIMEOUT, f"LibreOffice conversion exceeded {timeout:.0f}s") from exc
+        out = Path(tmp) / f"input.{target_ext}"
+        if not out.exists() or out.stat().st_size == 0:
+            raise ParseError(ParseErrorCode.CORRUPT, f"LibreOffice could not convert the .{src_ext} file")
+        return out.read_bytes()
+
+
+@register_parser(
+    "legacy-office", "1.0", (DOC, XLS, PPT, OLE_ENCRYPTED, OLE_OTHER), ("doc", "xls", "ppt", "dot", "xlt", "pot")
+)
+def parse_legacy(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    media = ctx.media_type or ""
+    if media == OLE_ENCRYPTED:
+        raise ParseError(ParseErrorCode.ENCRYPTED, "password-protected Office document")
+    if media not in _TARGETS:
+        raise ParseError(ParseErrorCode.UNSUPPORTED, "OLE compound file of an unknown kind")
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    target_ext, target_type = _TARGETS[media]
+    converted = convert_with_libreoffice(data, _EXT[media], target_ext, deadline.remaining)
+    spec = get_parser(target_type)
+    if spec is None:  # pragma: no cover - the OOXML parsers are built in
+        raise ParseError(ParseErrorCode.UNSUPPORTED, f"no parser for {target_type}")
+    options = dict(ctx.options)
+    options["time_budget_s"] = max(deadline.remaining, 1.0)
+    doc = spec.fn(converted, ParseContext(ctx.file_name, target_type, ctx.declared_type, ctx.url, options))
+    doc.metadata["converted_from"] = media
+    return doc
