@@ -84,6 +84,7 @@ class SimItem:
     wiki_space: str | None = None
     wiki_parent: str | None = None
     media_type: str | None = None
+    list_error: tuple[int, int] | None = None  # (HTTP status, code) answered when listing this folder
 
 
 @dataclass
@@ -168,6 +169,11 @@ class FeishuSimulator:
     def unshare(self, token: str) -> None:
         with self._lock:
             self.items[token].shared = False
+
+    def break_folder(self, token: str, status: int = 500, code: int = 1061001) -> None:
+        """Make listing this folder fail (default: a persistent internal error)."""
+        with self._lock:
+            self.items[token].list_error = (status, code)
 
     def set_export(self, token: str, status: int, pending_polls: int | None = None) -> None:
         with self._lock:
@@ -347,6 +353,8 @@ class FeishuSimulator:
                         return sim._err(404, 1061003, "not found")
                     if not node.shared:
                         return sim._err(403, 1061004, "forbidden")
+                    if node.list_error:
+                        return sim._err(node.list_error[0], node.list_error[1], "internal error")
                 children = [
                     i
                     for i in sim.items.values()

@@ -10,14 +10,14 @@ Options (``SourceConfig.options``)::
     export_deadline_seconds: 900   # overall wait for one batch's exports
     export_poll_interval: 1.0      # first poll delay, doubling per ticket up to the max
     export_poll_max_interval: 15.0
-    window_overlap_seconds: 300    # a window starts this much earlier (clock skew, late edits)
     deferrable: true               # wait for exports in the triggerer
     client: {timeout: 30, max_attempts: 5, rate_limit_max_wait: 300, token_margin: 300}
     rate_limits: {file_download: [[5, 1], [10000, 86400]]}   # per-API budget overrides
 
 Item key = the file token (a shortcut's *target* token). Version evidence = the listing's
 ``modified_time``; changed means it differs from the stored one, so unchanged items cost no
-export. Discovery is complete only when every folder listed; with an incomplete walk, known
+export. A run window (backfill data interval, or a scheduled window widened by the engine's
+``window_overlap_minutes``) limits the reported changes to items modified inside it. Discovery is complete only when every folder listed; with an incomplete walk, known
 items that were not seen are re-checked with the batch meta query and those in its
 ``failed_list`` (deleted, unshared) are reported as deletions.
 """
@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from plugins.connectors.base import Connector, Discovery, DiscoveryRequest, FetchError, register_connector
 from plugins.connectors.feishu.client import FeishuClient, FeishuSettings
-from plugins.connectors.feishu.errors import FeishuError
+from plugins.connectors.feishu.errors import FeishuError, FeishuParamError
 from plugins.connectors.feishu.exports import (
     DEFAULT_FORMATS,
     ExportTicket,
@@ -123,8 +123,7 @@ class FeishuConnector(Connector):
             modified = int(item.modified_time)
         except ValueError:
             return True  # no usable time: do not silently drop the item
-        overlap = float(self.options.get("window_overlap_seconds", 300))
-        if start is not None and modified < start.timestamp() - overlap:
+        if start is not None and modified < start.timestamp():
             return False
         return not (end is not None and modified > end.timestamp())
 
@@ -232,6 +231,15 @@ class FeishuConnector(Connector):
     def download_export(self, change: Change, ticket: ExportTicket) -> RawDocument:
         try:
             dl = self.client.download_export(ticket.file_token or "", max_bytes=self.max_bytes)
+        except FeishuParamError as exc:
+            if exc.code != 1060001:
+                raise fetch_error_for(exc, f"downloading export of {change.item_key}") from exc
+            # The file is deleted 10 minutes after the task ends; the next run exports again.
+            raise FetchError(
+                f"export file of {change.item_key} expired before download: {exc}",
+                reason="export_file_expired",
+                retryable=True,
+            ) from exc
         except FeishuError as exc:
             raise fetch_error_for(exc, f"downloading export of {change.item_key}") from exc
         title = change.title or ticket.file_name or change.item_key

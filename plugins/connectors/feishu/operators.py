@@ -14,35 +14,35 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from plugins.connectors.base import ConnectorContext, FetchError
+from plugins.connectors.base import FetchError
 from plugins.connectors.feishu.exports import ExportTicket
 
 __all__ = ["FeishuExportFetchOperator"]
 
 
 class FeishuExportFetchOperator(BaseOperator):
-    template_fields: Sequence[str] = ("source_name", "manifest_path")
+    # Same signature as the generic plugins.operators.sync.FetchOperator: the DAG factory maps
+    # it over discover's batch manifests with ``.partial(source=...).expand(batch=...)``.
+    template_fields: Sequence[str] = ("source", "batch")
+    ui_color = "#d1f2eb"
 
-    def __init__(self, *, source_name: str, manifest_path: str, deferrable: bool | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, source: str, batch: str, deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.source_name = source_name
-        self.manifest_path = manifest_path
+        self.source = source
+        self.batch = batch
         self.deferrable = deferrable
 
-    def _connector(self):
-        from include.engine import get_source
-        from include.settings import get_settings
-        from plugins.connectors.base import get_connector_class
+    def _connector(self, context: Any):
+        from include.engine import open_connector
+        from plugins.operators.sync import run_context
 
-        source = get_source(self.source_name)
-        cls = get_connector_class(source.kind)
-        return cls(source, ConnectorContext(redis_url=get_settings().redis_url, log=self.log))
+        return open_connector(run_context(self.source, context))
 
     def execute(self, context: Any) -> str:
         from include.engine import read_batch
 
-        changes = read_batch(self.manifest_path)
-        with self._connector() as connector:
+        changes = read_batch(self.batch)
+        with self._connector(context) as connector:
             tickets, failures = connector.start_exports(changes)
             pending = [t for t in tickets if t.state == "pending"]
             deferrable = self.deferrable
@@ -76,8 +76,8 @@ class FeishuExportFetchOperator(BaseOperator):
             if t.state == "pending":  # polling stopped without a verdict for this one
                 t.state, t.error_reason = "failed", "export_poll_error"
                 t.job_error_msg = str(event.get("error") or "polling stopped")[:300]
-        with self._connector() as connector:
-            return self._finish(connector, read_batch(self.manifest_path), tickets, list(failures or []))
+        with self._connector(context) as connector:
+            return self._finish(connector, read_batch(self.batch), tickets, list(failures or []))
 
     def _finish(self, connector, changes, tickets: list[ExportTicket], failures: list[dict]) -> str:
         from include.engine import ItemFailure, write_fetched_manifest
@@ -85,7 +85,7 @@ class FeishuExportFetchOperator(BaseOperator):
         docs, more = connector.finish_batch(changes, tickets)
         all_failures = [ItemFailure(**f) for f in failures] + [ItemFailure(**_failure_dict(k, e)) for k, e in more]
         self.log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
-        return write_fetched_manifest(self.manifest_path, docs, all_failures)
+        return write_fetched_manifest(self.batch, docs, all_failures)
 
 
 def _failure_dict(item_key: str, exc: FetchError) -> dict[str, Any]:
