@@ -191,40 +191,56 @@ class Fetcher:
     ) -> None:
         current = result.requested
         result.redirects = []
-        async with asyncio.timeout(self.config.total_timeout_seconds):
-            while True:
-                response = await self._send(current, conditional(current))
-                try:
-                    status = response.status_code
-                    if status in _REDIRECTS and "location" in response.headers:
-                        result.wire_bytes += response.num_bytes_downloaded
-                        target = self._redirect_target(current, response.headers["location"])
-                        if len(result.redirects) >= self.config.max_redirects:
-                            raise _Final("too_many_redirects", f"more than {self.config.max_redirects} redirects")
-                        refusal = hop_allowed(target)
-                        if refusal:
-                            raise _Final(refusal, f"redirect from {current} to {target} refused: {refusal}")
-                        result.redirects.append(target)
-                        current = target
-                        continue
-                    result.url, result.status = current, status
-                    result.headers = {k.lower(): v for k, v in response.headers.items()}
-                    if status == 429 or status == 503:
-                        retry_after = parse_retry_after(response.headers.get("retry-after"))
-                        host = host_key(current)
-                        await self.politeness.penalize(host, retry_after, self.delay_for(host))
-                        raise _Retryable(f"http_{status}", f"HTTP {status} from {current}", retry_after)
-                    if status >= 500:
-                        raise _Retryable(f"http_{status}", f"HTTP {status} from {current}")
-                    if 200 <= status < 300:
-                        if not accept(current, response.headers.get("content-type", "")):
-                            result.skipped = "type"
-                            return
-                        result.body = await self._read_capped(response)
-                    result.wire_bytes += response.num_bytes_downloaded
-                    return
-                finally:
-                    await response.aclose()
+        while True:
+            host = host_key(current)
+            # Waiting for the host's slot is not part of the request's time budget.
+            async with self.politeness.slot(host, self.delay_for(host), self.config.total_timeout_seconds):
+                async with asyncio.timeout(self.config.total_timeout_seconds):
+                    target = await self._hop(result, current, conditional, hop_allowed, accept)
+            if target is None:
+                return
+            current = target
+
+    async def _hop(
+        self,
+        result: FetchResult,
+        current: str,
+        conditional: Callable[[str], Mapping[str, str]],
+        hop_allowed: Callable[[str], str | None],
+        accept: Callable[[str, str], bool],
+    ) -> str | None:
+        """One request; returns the redirect target to follow, or None when done."""
+        response = await self._send(current, conditional(current))
+        try:
+            status = response.status_code
+            if status in _REDIRECTS and "location" in response.headers:
+                result.wire_bytes += response.num_bytes_downloaded
+                target = self._redirect_target(current, response.headers["location"])
+                if len(result.redirects) >= self.config.max_redirects:
+                    raise _Final("too_many_redirects", f"more than {self.config.max_redirects} redirects")
+                refusal = hop_allowed(target)
+                if refusal:
+                    raise _Final(refusal, f"redirect from {current} to {target} refused: {refusal}")
+                result.redirects.append(target)
+                return target
+            result.url, result.status = current, status
+            result.headers = {k.lower(): v for k, v in response.headers.items()}
+            if status == 429 or status == 503:
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                host = host_key(current)
+                await self.politeness.penalize(host, retry_after, self.delay_for(host))
+                raise _Retryable(f"http_{status}", f"HTTP {status} from {current}", retry_after)
+            if status >= 500:
+                raise _Retryable(f"http_{status}", f"HTTP {status} from {current}")
+            if 200 <= status < 300:
+                if not accept(current, response.headers.get("content-type", "")):
+                    result.skipped = "type"
+                    return None
+                result.body = await self._read_capped(response)
+            result.wire_bytes += response.num_bytes_downloaded
+            return None
+        finally:
+            await response.aclose()
 
     @staticmethod
     def _redirect_target(current: str, location: str) -> str:
@@ -238,8 +254,6 @@ class Fetcher:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         hostname = parts.hostname or ""
         addresses = await self.guard.resolve(hostname, port)
-        host = host_key(url)
-        await self.politeness.wait(host, self.delay_for(host))
         # Connect to an address we checked, not to whatever DNS says a moment later; try the
         # next one when an address does not answer (e.g. localhost's ::1 with an IPv4 server).
         for number, address in enumerate(addresses):
