@@ -12,6 +12,7 @@ repaired before python-docx sees the file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
 from typing import Any
@@ -33,6 +34,7 @@ _R = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}"
 _WP = "{http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing}"
 _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
+_PIC = "{http://schemas.openxmlformats.org/drawingml/2006/picture}"
 _SKIP = frozenset(
     {
         "pPr",
@@ -79,7 +81,7 @@ class _Walker:
         self._list_ordered = False
         self._list_num: str | None = None
         self._count = 0
-        self.images = 0
+        self.images: list[dict[str, str]] = []
 
     # ------------------------------------------------------------------ body
     def body(self, container: etree._Element) -> None:
@@ -158,10 +160,8 @@ class _Walker:
             elif tag == "sym":
                 ch = child.get(f"{_W}char")
                 if ch:
-                    try:
+                    with contextlib.suppress(ValueError):
                         out.append(chr(int(ch, 16)))
-                    except ValueError:
-                        pass
             elif tag == "hyperlink":
                 start = len(out)
                 self.inline(child, out, boxes, links)
@@ -186,10 +186,14 @@ class _Walker:
     def drawing(self, el: etree._Element, out: list[str], boxes: list[etree._Element]) -> None:
         boxes.extend(el.iter(f"{_W}txbxContent"))
         for doc_pr in el.iter(f"{_WP}docPr"):
+            blip = next(el.iter(f"{_A}blip"), None)
+            if blip is None:
+                continue  # a shape or text box, not a picture
             alt = clean_text(doc_pr.get("descr") or doc_pr.get("title") or "")
-            if el.find(f".//{_A}blip") is not None or alt:
-                self.images += 1
-                out.append(f" [image: {alt}] " if alt else "")
+            pic_name = next((c.get("name") for c in el.iter(f"{_PIC}cNvPr") if c.get("name")), None)
+            target = self.rels.get(blip.get(f"{_R}embed") or "", ("", False))[0]
+            self.images.append({"alt": alt, "name": pic_name or doc_pr.get("name") or "", "target": target})
+            out.append(f" [image: {alt or pic_name or doc_pr.get('name') or 'picture'}] ")
 
     # ------------------------------------------------------------------ tables
     def table(self, tbl: etree._Element) -> None:

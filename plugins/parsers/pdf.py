@@ -97,8 +97,13 @@ def _image_coverage(page: Any, width: float, height: float) -> float:
     return area / max(width * height, 1.0)
 
 
-def _furniture(pages: list[list[_Line]]) -> set[tuple[int, int]]:
-    """(page, line) indices of header/footer lines repeated on most pages."""
+def _furniture(pages: list[list[_Line]], heights: list[float]) -> set[tuple[int, int]]:
+    """(page, line) indices of header/footer lines repeated on most pages.
+
+    Only lines in the top or bottom margin band (10% of the page) qualify, so a chapter title
+    or a repeated sentence in the body is never mistaken for furniture; digits are ignored so
+    running page numbers match.
+    """
     if len(pages) < 3:
         return set()
     threshold = max(3, int(len(pages) * 0.5 + 0.5))
@@ -110,7 +115,10 @@ def _furniture(pages: list[list[_Line]]) -> set[tuple[int, int]]:
                 if len(lines) <= depth:
                     continue
                 idx = depth if edge == "head" else len(lines) - 1 - depth
-                keys.append((p, idx, _DIGITS.sub("#", " ".join(lines[idx].text.lower().split()))))
+                line, band = lines[idx], 0.1 * heights[p]
+                if (edge == "head" and line.bottom > band) or (edge == "foot" and line.top < heights[p] - band):
+                    continue
+                keys.append((p, idx, _DIGITS.sub("#", " ".join(line.text.lower().split()))))
             counts = Counter(k for _, _, k in keys)
             for p, idx, key in keys:
                 if counts[key] >= threshold:
@@ -126,9 +134,11 @@ def _paragraphs(lines: list[_Line], titles: set[str]) -> list[list[_Line]]:
         if groups and not alone and _norm(groups[-1][-1].text) not in titles:
             prev = groups[-1][-1]
             gap = line.top - prev.bottom
-            size_change = abs(line.height - prev.height) > 0.25 * max(prev.height, line.height)
+            tallest = max(prev.height, line.height)
+            # glyph boxes are ~0.7 of the font size, so normal leading leaves a gap below one box height
+            size_change = abs(line.height - prev.height) > 0.4 * tallest
             jumped = line.top < prev.top - prev.height  # new column or out-of-order object
-            if gap <= 0.6 * prev.height and not size_change and not jumped:
+            if gap <= 1.0 * tallest and not size_change and not jumped:
                 groups[-1].append(line)
                 continue
         groups.append([line])
@@ -148,6 +158,9 @@ def _open(data: bytes, password: str | None) -> Any:
     except pdfium.PdfiumError as exc:
         if exc.err_code == pdfium_c.FPDF_ERR_PASSWORD:
             raise ParseError(ParseErrorCode.ENCRYPTED, "pdf: password required") from exc
+        if exc.err_code == pdfium_c.FPDF_ERR_SUCCESS:
+            # pdfium refuses a document whose page tree is empty without naming an error
+            raise ParseError(ParseErrorCode.EMPTY, "pdf: no pages (empty or unreadable page tree)") from exc
         if exc.err_code == pdfium_c.FPDF_ERR_SECURITY:
             raise ParseError(ParseErrorCode.ENCRYPTED, "pdf: unsupported security handler") from exc
         raise ParseError(ParseErrorCode.CORRUPT, f"pdf: {exc}") from exc
@@ -178,6 +191,7 @@ def _extract(data: bytes, ctx: ParseContext, limits: Limits, deadline: Deadline)
         if n > limits.max_pages:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"pdf: {n} pages (limit {limits.max_pages})")
         pages: list[list[_Line]] = []
+        page_heights: list[float] = []
         ocr_pages: list[int] = []
         for i in range(n):
             deadline.check(f"pdf page {i + 1}")
@@ -192,24 +206,26 @@ def _extract(data: bytes, ctx: ParseContext, limits: Limits, deadline: Deadline)
                 if sum(len(line.text) for line in lines) < 20 and _image_coverage(page, width, height) > 0.5:
                     ocr_pages.append(i + 1)
                 pages.append(lines)
+                page_heights.append(height)
             finally:
                 page.close()
         toc = _toc(pdf)
         meta = {k.lower(): v for k, v in pdf.get_metadata_dict(skip_empty=True).items()}
     finally:
         pdf.close()
-    return _build(pages, toc, ocr_pages, meta, limits, n)
+    return _build(pages, page_heights, toc, ocr_pages, meta, limits, n)
 
 
 def _build(
     pages: list[list[_Line]],
+    page_heights: list[float],
     toc: dict[int, list[tuple[int, str]]],
     ocr_pages: list[int],
     info: dict[str, str],
     limits: Limits,
     n_pages: int,
 ) -> ParsedDocument:
-    drop = _furniture(pages)
+    drop = _furniture(pages, page_heights)
     builder = BlockBuilder(limits.max_blocks)
     heights = [ln.height for lines in pages for ln in lines if ln.height > 0.1]
     body_height = statistics.median(heights) if heights else 0.0

@@ -1,0 +1,67 @@
+"""Parser test helpers: LibreOffice conversion (skipped with a reason when soffice is absent)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from include.contract import ParsedDocument, RawDocument
+from plugins.parsers import parse_document
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "parsers"
+SOFFICE = shutil.which("soffice")
+needs_soffice = pytest.mark.skipif(
+    SOFFICE is None,
+    reason="LibreOffice (soffice) not installed: apt-get install libreoffice-writer libreoffice-calc libreoffice-impress",
+)
+
+
+def parse_bytes(data: bytes, name: str, declared: str | None = None, **options: object) -> ParsedDocument:
+    return parse_document(RawDocument("k", data, name, media_type=declared), options)
+
+
+@pytest.fixture(scope="session")
+def lo_convert(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bytes, str, str], bytes]:
+    """``lo_convert(data, src_ext, target)`` -> converted bytes, cached for the session."""
+    if SOFFICE is None:
+        print("SKIP reason: soffice not installed; LibreOffice-generated fixtures unavailable")
+        pytest.skip("LibreOffice (soffice) not installed")
+    root = tmp_path_factory.mktemp("lo")
+    profile = root / "profile"
+    cache: dict[str, bytes] = {}
+
+    def convert(data: bytes, src_ext: str, target: str) -> bytes:
+        key = hashlib.sha256(data + src_ext.encode() + target.encode()).hexdigest()[:16]
+        if key in cache:
+            return cache[key]
+        work = root / key
+        work.mkdir()
+        src = work / f"in.{src_ext}"
+        src.write_bytes(data)
+        subprocess.run(
+            [
+                SOFFICE,
+                "--headless",
+                "--norestore",
+                f"-env:UserInstallation={profile.as_uri()}",
+                "--convert-to",
+                target,
+                "--outdir",
+                str(work),
+                str(src),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
+        ext = target.split(":")[0]
+        out = (work / f"in.{ext}").read_bytes()
+        cache[key] = out
+        return out
+
+    return convert

@@ -1,0 +1,85 @@
+"""A tiny hand-written PDF builder for tests: exact control over pages, text, images, outline."""
+
+from __future__ import annotations
+
+import zlib
+
+
+def _obj_bytes(objs: list[bytes]) -> bytes:
+    out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += f"{i} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(out)
+    out += f"xref\n0 {len(objs) + 1}\n0000000000 65535 f \n".encode()
+    for off in offsets:
+        out += f"{off:010d} 00000 n \n".encode()
+    out += f"trailer\n<< /Size {len(objs) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    return bytes(out)
+
+
+def _stream(content: bytes, extra: str = "") -> bytes:
+    return f"<< /Length {len(content)} {extra}>>\nstream\n".encode() + content + b"\nendstream"
+
+
+def _esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+
+
+def build_pdf(
+    pages: list[list[tuple[float, float, float, str]]],
+    outline: list[tuple[str, int]] | None = None,
+    image_pages: set[int] | None = None,
+) -> bytes:
+    """``pages``: per page a list of (x, y_from_top, font_size, text); ``outline``: (title, page index);
+    ``image_pages``: pages covered by a full-page grey image (a "scan")."""
+    image_pages = image_pages or set()
+    n = len(pages)
+    # objects: 1 catalog, 2 pages, 3 font, 4 image, then per page (page, content), then outline
+    first_page = 5
+    objs: list[bytes] = [b"", b"", b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    w, h = 200, 260
+    pixels = bytes((x * 7 + y * 13) % 256 for y in range(h) for x in range(w))
+    objs.append(
+        _stream(
+            zlib.compress(pixels),
+            f"/Type /XObject /Subtype /Image /Width {w} /Height {h} "
+            "/ColorSpace /DeviceGray /BitsPerComponent 8 /Filter /FlateDecode ",
+        )
+    )
+    kids = []
+    for p, items in enumerate(pages):
+        page_id = first_page + 2 * p
+        kids.append(f"{page_id} 0 R")
+        ops = []
+        if p in image_pages:
+            ops.append("q 595 0 0 842 0 0 cm /Im1 Do Q")
+        for x, y, size, text in items:
+            ops.append(f"BT /F1 {size} Tf {x} {842 - y} Td ({_esc(text)}) Tj ET")
+        content = "\n".join(ops).encode("latin-1")
+        objs.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents {page_id + 1} 0 R "
+            "/Resources << /Font << /F1 3 0 R >> /XObject << /Im1 4 0 R >> >> >>".encode()
+        )
+        objs.append(_stream(content))
+    outline_root = None
+    if outline:
+        outline_root = len(objs) + 1
+        items = list(range(outline_root + 1, outline_root + 1 + len(outline)))
+        objs.append(f"<< /Type /Outlines /First {items[0]} 0 R /Last {items[-1]} 0 R /Count {len(items)} >>".encode())
+        for i, (title, page) in enumerate(outline):
+            links = f"/Parent {outline_root} 0 R"
+            if i > 0:
+                links += f" /Prev {items[i - 1]} 0 R"
+            if i < len(items) - 1:
+                links += f" /Next {items[i + 1]} 0 R"
+            objs.append(
+                f"<< /Title ({_esc(title)}) {links} /Dest [{first_page + 2 * page} 0 R /XYZ 0 842 0] >>".encode()
+            )
+    catalog = "<< /Type /Catalog /Pages 2 0 R"
+    if outline_root:
+        catalog += f" /Outlines {outline_root} 0 R /PageMode /UseOutlines"
+    objs[0] = (catalog + " >>").encode()
+    objs[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {n} >>".encode()
+    return _obj_bytes(objs)
