@@ -29,7 +29,7 @@ from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
 from plugins.connectors.web.robots import RobotsCache
 from plugins.connectors.web.sitemap import parse_sitemap
-from plugins.connectors.web.urls import Scope, TrapGuard, canonicalize
+from plugins.connectors.web.urls import Scope, TrapGuard, resolve_link
 
 __all__ = ["CrawlResult", "Crawler"]
 
@@ -209,19 +209,18 @@ class Crawler:
 
     async def _seed_from_sitemaps(self) -> None:
         origins = list(dict.fromkeys(f"{urlsplit(s).scheme}://{urlsplit(s).netloc}" for s in self.o.seeds))
-        pending: list[str] = []
+        # (url, base): sitemap URLs should be absolute, but relative ones are common enough.
+        pending: list[tuple[str, str]] = []
         for origin in origins:
-            pending.append(f"{origin}/sitemap.xml")
+            pending.append(("/sitemap.xml", origin + "/"))
             if self.o.respect_robots:
                 robots = await self.robots.for_url(origin + "/")
-                pending.extend(robots.sitemaps)
+                pending.extend((s, origin + "/robots.txt") for s in robots.sitemaps)
         done: set[str] = set()
         while pending and len(done) < _MAX_SITEMAPS:
-            try:
-                url = canonicalize(pending.pop(0))
-            except ValueError:
-                continue
-            if url in done or not self.scope.in_scope(url):
+            loc, base = pending.pop(0)
+            url = resolve_link(base, loc)
+            if url is None or url in done or not self.scope.in_scope(url):
                 continue
             done.add(url)
             result = await self.fetcher.fetch(url, hop_allowed=self._hop_refusal)
@@ -235,12 +234,11 @@ class Crawler:
                 log.info("sitemap %s unusable: %s", url, exc)
                 continue
             self.counts["sitemaps"] += 1
-            pending.extend(child.loc for child in children)
+            pending.extend((child.loc, url) for child in children)
             for entry in pages:
-                try:
-                    self._enqueue(canonicalize(entry.loc), 0)
-                except ValueError:
-                    continue
+                link = resolve_link(url, entry.loc)
+                if link:
+                    self._enqueue(link, 0)
 
     # ------------------------------------------------------------------ the crawl
 
@@ -303,6 +301,10 @@ class Crawler:
             if not robots.allows(url, self.o.robots_agent):
                 self.counts["skipped_robots"] += 1
                 return
+        if url in self._emitted:
+            # Another URL already delivered this page under its declared canonical address.
+            self.counts["duplicate_canonical"] += 1
+            return
         if self._processed >= self.max_pages:
             self._truncated = True
             return
