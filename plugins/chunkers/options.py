@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["DEFAULT_DELIMITERS", "ChunkOptions", "parse_delimiters"]
+__all__ = ["DEFAULT_DELIMITERS", "ChunkOptions", "delimiter_pattern", "delimiter_text_pattern", "parse_delimiters"]
 
 DEFAULT_DELIMITERS = "\n。；！？!?;"
 
@@ -102,3 +102,9 @@ def delimiter_pattern(spec: str) -> re.Pattern[bytes]:
     """A bytes pattern matching a run of delimiters (a sentence keeps its closing punctuation)."""
     alternatives = b"|".join(re.escape(d.encode("utf-8")) for d in parse_delimiters(spec))
     return re.compile(b"(?:" + alternatives + b")+")
+
+
+@cache
+def delimiter_text_pattern(spec: str) -> re.Pattern[str]:
+    """The same as :func:`delimiter_pattern`, for ``str``."""
+    return re.compile("(?:" + "|".join(re.escape(d) for d in parse_delimiters(spec)) + ")+")

@@ -1,14 +1,16 @@
-"""Exact token counts of slices of a text that was encoded once.
+"""Exact token counts of slices of a run of texts, each text encoded once.
 
-A chunker wants the token count of many candidate slices of the same text. Encoding each slice
-again costs as much as the whole job; reusing the slice of the text's token list is free but not
-exact: BPE is not slice-stable (``"。中文"`` is one pre-token, cutting it changes its tokens), and
-the chunk's own encoding is what the embedding model will see.
+A chunker wants the token count of many candidate slices of the same run of blocks joined by
+``"\n"``. Encoding each slice again costs as much as the whole job; adding up the blocks' own
+token lists is free but not exact: BPE is not slice-stable (``"。中文"`` is one pre-token, cutting
+it changes its tokens; ``".\n"`` is one token where ``"."`` and ``"\n"`` were two), and the
+chunk's own encoding is what the embedding model will see.
 
 The way out is *hard boundaries*: byte offsets where cl100k_base's pre-tokenizer always splits
 and where neither side's pre-tokens depend on the other, so ``enc(a + b) == enc(a) + enc(b)``.
-Between two hard boundaries the slice of the run's token list is exactly the slice's own
-encoding; only the few bytes from a chunk's edge to the nearest hard boundary are encoded again.
+Between two hard boundaries a slice of a block's token list is exactly the slice's own encoding;
+only the few bytes from a chunk's edge (or a block junction) to the nearest hard boundary are
+encoded again, and those short windows (``".\n"``, ``"。\n"``) repeat so often they are cached.
 The pre-tokenizer is cl100k's regex (``tokenizer._PAT_STR``); these rules are proved against it
 and checked by a property test (``tests/chunkers/test_span.py``):
 
@@ -27,15 +29,18 @@ anything else is treated as "not a hard boundary", which only costs a little re-
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from itertools import accumulate
 
 from plugins.chunkers.tokenizer import get_encoding, token_byte_lengths
 
-__all__ = ["EncodedText", "is_hard_boundary"]
+__all__ = ["Run", "is_hard_boundary"]
 
-# How many tokens to look at for a hard boundary before re-encoding a whole slice instead.
+# How many tokens to look at for a hard boundary before re-encoding a longer window instead.
 _SCAN = 48
+_WINDOW_CACHE_CHARS = 24
+_WINDOW_CACHE_SIZE = 50_000
 
 _ASCII_LETTER = frozenset(range(0x41, 0x5B)) | frozenset(range(0x61, 0x7B))
 _ASCII_DIGIT = frozenset(range(0x30, 0x3A))
@@ -111,94 +116,246 @@ def is_hard_boundary(data: bytes, off: int) -> bool:
     return False
 
 
-class EncodedText:
-    """A text encoded once, with byte offsets of its tokens and exact slice counts.
+class Run:
+    """Texts ("units": blocks or table rows) joined by ``"\\n"``; each unit encoded once.
 
-    Offsets are UTF-8 byte offsets into ``data``; ``ends[k]`` is where token ``k`` ends.
+    Offsets are UTF-8 byte offsets into ``data`` (the joined run). Token positions used to pick
+    cut points are approximate (the units' own tokens plus one per join); :meth:`count` is exact.
     """
 
-    __slots__ = ("_enc", "data", "ends", "text", "tokens")
+    __slots__ = (
+        "_enc",
+        "_hard_end",
+        "_hard_start",
+        "_lengths",
+        "_unit_ends",
+        "_window_cache",
+        "cum",
+        "data",
+        "ends",
+        "ntok",
+        "starts",
+        "tokens",
+    )
 
-    def __init__(self, text: str) -> None:
-        self._enc = get_encoding()
-        self.text = text
-        self.data = text.encode("utf-8")
-        self.tokens = self._enc.encode_ordinary(text)
-        self.ends = list(accumulate(map(token_byte_lengths().__getitem__, self.tokens)))
+    def __init__(self, texts: Sequence[str], joined: Sequence[bool] | None = None) -> None:
+        """``joined[u]``: unit ``u`` is followed by a joining ``"\\n"`` (default: all but the last)
+        rather than continuing directly (pieces of one split block)."""
+        enc = self._enc = get_encoding()
+        self._lengths = token_byte_lengths()
+        encode = enc.encode_ordinary
+        self.tokens = [encode(t) for t in texts]
+        self.ntok = [len(t) for t in self.tokens]
+        if joined is None:
+            joined = [True] * len(texts)
+        parts: list[str] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        cum: list[int] = []
+        off = tok = 0
+        for t, n, nl in zip(texts, self.ntok, joined, strict=True):
+            size = len(t) if t.isascii() else len(t.encode("utf-8"))
+            parts.append(t)
+            starts.append(off)
+            ends.append(off + size)
+            cum.append(tok)
+            off += size
+            tok += n
+            if nl:
+                parts.append("\n")
+                off += 1
+                tok += 1
+        if parts and joined[-1]:
+            parts.pop()
+        self.data = "".join(parts).encode("utf-8")
+        self.starts, self.ends, self.cum = starts, ends, cum
+        data = self.data
+        self._hard_start = [is_hard_boundary(data, off) for off in starts]
+        self._hard_end = [is_hard_boundary(data, off) for off in ends]
+        self._unit_ends: dict[int, list[int]] = {}
+        self._window_cache: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.data)
 
-    @property
-    def token_total(self) -> int:
-        return len(self.tokens)
+    # ------------------------------------------------------------------ positions
+
+    def unit_at(self, off: int) -> int:
+        """The unit containing byte ``off`` (a join byte belongs to the unit before it)."""
+        return bisect_right(self.starts, off) - 1
+
+    def unit_token_ends(self, unit: int) -> list[int]:
+        """Local byte ends of the unit's tokens (built only for units that get cut inside)."""
+        ends = self._unit_ends.get(unit)
+        if ends is None:
+            ends = self._unit_ends[unit] = list(accumulate(map(self._lengths.__getitem__, self.tokens[unit])))
+        return ends
 
     def tokens_before(self, off: int) -> int:
-        """Number of tokens that end at or before byte ``off``."""
-        return bisect_right(self.ends, off)
+        """Approximate run token position of byte ``off``."""
+        unit = self.unit_at(off)
+        local = off - self.starts[unit]
+        if local <= 0:
+            return self.cum[unit]
+        if off >= self.ends[unit]:
+            return self.cum[unit] + self.ntok[unit]
+        return self.cum[unit] + bisect_right(self.unit_token_ends(unit), local)
 
-    def token_start(self, k: int) -> int:
-        """Byte offset where token ``k`` starts."""
-        return self.ends[k - 1] if k > 0 else 0
+    def offset_of(self, position: int) -> int:
+        """Byte offset where approximate run token ``position`` starts (inverse of tokens_before)."""
+        unit = max(0, bisect_right(self.cum, position) - 1)
+        local = position - self.cum[unit]
+        if local <= 0:
+            return self.starts[unit]
+        if local >= self.ntok[unit]:
+            return self.ends[unit]
+        return self.starts[unit] + self.unit_token_ends(unit)[local - 1]
 
     def is_char_start(self, off: int) -> bool:
-        return off >= len(self.data) or off <= 0 or self.data[off] & 0xC0 != 0x80
-
-    def hard(self, off: int) -> bool:
-        return is_hard_boundary(self.data, off)
+        return off <= 0 or off >= len(self.data) or self.data[off] & 0xC0 != 0x80
 
     def decode(self, start: int, end: int) -> str:
         return self.data[start:end].decode("utf-8")
 
-    def _encode_len(self, text: str) -> int:
-        return len(self._enc.encode_ordinary(text)) if text else 0
+    # ------------------------------------------------------------------ hard boundaries
 
-    def first_hard_after(self, start: int, end: int) -> int:
-        """First hard boundary in ``(start, end)`` at a token end, or ``end`` if none is near."""
-        ends = self.ends
-        first = bisect_right(ends, start)
-        for k in range(first, min(first + _SCAN, len(ends))):
-            off = ends[k]
-            if off >= end:
-                break
-            if is_hard_boundary(self.data, off):
-                return off
-        return end
+    def _token_offsets(self, unit: int, start: int, end: int, backwards: bool, scan: int) -> Iterator[tuple[int, int]]:
+        """Up to ``scan`` (global offset, local token index) token ends in ``(start, end)``, nearest first."""
+        base = self.starts[unit]
+        toks = self.tokens[unit]
+        lengths = self._lengths
+        if not backwards and start == base:
+            off = base
+            for k in range(min(scan, len(toks))):
+                off += lengths[toks[k]]
+                if off >= end:
+                    return
+                yield off, k + 1
+            return
+        if backwards and end == self.ends[unit]:
+            off = end
+            n = len(toks)
+            for k in range(n - 1, max(n - 1 - scan, 0), -1):
+                off -= lengths[toks[k]]
+                if off <= start:
+                    return
+                yield off, k
+            return
+        ue = self.unit_token_ends(unit)
+        if backwards:
+            last = bisect_right(ue, end - base - 1) - 1
+            for k in range(last, max(last - scan, -1), -1):
+                off = base + ue[k]
+                if off <= start:
+                    return
+                yield off, k + 1
+        else:
+            first = bisect_right(ue, start - base)
+            for k in range(first, min(first + scan, len(ue))):
+                off = base + ue[k]
+                if off >= end:
+                    return
+                yield off, k + 1
+
+    def _local_index(self, unit: int, off: int) -> int:
+        if off <= self.starts[unit]:
+            return 0
+        if off >= self.ends[unit]:
+            return self.ntok[unit]
+        return bisect_right(self.unit_token_ends(unit), off - self.starts[unit])
 
     def last_hard_before(self, start: int, end: int, scan: int = _SCAN) -> int:
-        """Last hard boundary in ``(start, end)`` at a token end, or ``start`` if none is near."""
-        ends = self.ends
-        last = bisect_left(ends, end) - 1
-        for k in range(last, max(last - scan, -1), -1):
-            off = ends[k]
-            if off <= start:
-                break
+        """Last hard boundary at a token end in ``(start, end)`` of ``end``'s unit, else ``start``."""
+        unit = self.unit_at(end - 1)
+        lo = max(start, self.starts[unit])
+        for off, _ in self._token_offsets(unit, lo, end, True, scan):
             if is_hard_boundary(self.data, off):
                 return off
         return start
 
-    def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
-        """Exact ``len(encode_ordinary(prefix + text[start:end]))``.
+    # ------------------------------------------------------------------ exact counts
 
-        ``prefix`` must end with a newline (heading paths and table headers do); pass
-        ``prefix_tokens`` when its count is already known.
+    def encode_len(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) > _WINDOW_CACHE_CHARS:
+            return len(self._enc.encode_ordinary(text))
+        cache = self._window_cache
+        n = cache.get(text)
+        if n is None:
+            if len(cache) > _WINDOW_CACHE_SIZE:
+                cache.clear()
+            n = cache[text] = len(self._enc.encode_ordinary(text))
+        return n
+
+    def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
+        """Exact ``len(encode_ordinary(prefix + run[start:end]))``; ``prefix`` ends with ``"\\n"``.
+
+        The text is cut at hard boundaries into pieces whose tokens are known (unit token slices)
+        and short windows between them that are encoded (mostly cached: ``"\\n"``, ``".\\n"``).
         """
         if prefix_tokens is None:
-            prefix_tokens = self._encode_len(prefix)
+            prefix_tokens = self.encode_len(prefix)
         if start >= end:
             return prefix_tokens
+        starts, ends, ntok = self.starts, self.ends, self.ntok
+        hard_start, hard_end = self._hard_start, self._hard_end
+        first, last = self.unit_at(start), self.unit_at(end - 1)
+        total = 0
+        # Not yet counted: prefix (while with_prefix) + data[pending_from:...].
+        with_prefix, pending_from = bool(prefix), start
+        for unit in range(first, last + 1):
+            s, e = starts[unit], ends[unit]
+            if first < unit < last and hard_start[unit] and hard_end[unit]:
+                head, k_head, tail, k_tail = s, 0, e, ntok[unit]  # the common case: a whole unit
+            else:
+                s, e = max(start, s), min(end, e)
+                if s >= e:
+                    continue
+                found = self._head(unit, s, e, s == start, bool(prefix))
+                if found is None:
+                    continue
+                head, k_head = found
+                found = self._tail(unit, head, e, e == end)
+                if found is None:
+                    continue
+                tail, k_tail = found
+            total += self._window(prefix if with_prefix else "", prefix_tokens, pending_from, head)
+            total += k_tail - k_head
+            with_prefix, pending_from = False, tail
+        return total + self._window(prefix if with_prefix else "", prefix_tokens, pending_from, end)
+
+    def _window(self, prefix: str, prefix_tokens: int, start: int, end: int) -> int:
+        if start >= end:
+            return prefix_tokens if prefix else 0
+        if not prefix and end - start == 1 and self.data[start] == 0x0A:
+            return 1  # a joining newline between hard boundaries
+        return self.encode_len(prefix + self.data[start:end].decode("utf-8"))
+
+    def _head(self, unit: int, s: int, e: int, chunk_start: bool, has_prefix: bool) -> tuple[int, int] | None:
+        """First offset in ``[s, e)`` where the chunk text splits exactly, with its local token index."""
         data = self.data
-        # Head: the slice tokens are reusable from a hard boundary on; with a prefix the junction
-        # prefix|slice must be hard too (rule (a): prefix ends with "\n").
-        if self.hard(start) and (not prefix or _starts_not_ws(data, start)):
-            head, head_tokens = start, prefix_tokens
-        else:
-            head = self.first_hard_after(start, end)
-            if head >= end:
-                return self._encode_len(prefix + self.decode(start, end))
-            head_tokens = self._encode_len(prefix + self.decode(start, head))
-        tail = end if self.hard(end) else self.last_hard_before(head, end)
-        if tail <= head:
-            return self._encode_len(prefix + self.decode(start, end))
-        middle = self.tokens_before(tail) - self.tokens_before(head)
-        return head_tokens + middle + self._encode_len(self.decode(tail, end))
+        at_unit_start = s == self.starts[unit]
+        if chunk_start:
+            ok = (at_unit_start or is_hard_boundary(data, s)) and (not has_prefix or _starts_not_ws(data, s))
+        else:  # s starts the unit
+            ok = self._hard_start[unit]
+        if ok:
+            return s, self._local_index(unit, s)
+        for off, k in self._token_offsets(unit, s, e, False, _SCAN):
+            if is_hard_boundary(data, off):
+                return off, k
+        return None
+
+    def _tail(self, unit: int, head: int, e: int, chunk_end: bool) -> tuple[int, int] | None:
+        """Last offset in ``(head, e]`` where the chunk text splits exactly, with its local token index."""
+        data = self.data
+        at_unit_end = e == self.ends[unit]
+        # Not at the chunk's end, e is the unit's end.
+        ok = (at_unit_end or is_hard_boundary(data, e)) if chunk_end else self._hard_end[unit]
+        if ok:
+            return e, self._local_index(unit, e)
+        for off, k in self._token_offsets(unit, head, e, True, _SCAN):
+            if is_hard_boundary(data, off):
+                return off, k
+        return None

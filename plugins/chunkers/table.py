@@ -20,7 +20,7 @@ from plugins.chunkers.tokenizer import count_tokens
 
 __all__ = ["TableRows", "render_row", "table_drafts"]
 
-_ROW_DELIMITERS = re.compile(rb"(?:; )+")
+_ROW_DELIMITERS = "`; `"
 _SPACES = re.compile(r"\s+")
 
 

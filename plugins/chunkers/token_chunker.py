@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, content_hash
-from plugins.chunkers.options import ChunkOptions, delimiter_pattern
+from plugins.chunkers.options import ChunkOptions
 from plugins.chunkers.pack import Draft, Prefix, pack_run
 from plugins.chunkers.registry import register_chunker
 from plugins.chunkers.table import TableRows, table_drafts
@@ -135,7 +135,6 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
     blocks = doc.blocks
     paths = heading_paths(blocks)
-    delims = delimiter_pattern(opts.delimiters)
     drafts: list[Draft] = []
     run: list[int] = []
 
@@ -152,7 +151,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
                 prefix_at,
                 limit=opts.chunk_token_num,
                 overlap=opts.overlap_tokens,
-                delimiters=delims,
+                delimiters=opts.delimiters,
             )
         )
         run.clear()
