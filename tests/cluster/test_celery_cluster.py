@@ -1,0 +1,304 @@
+"""The demo sync on a real Airflow cluster: CeleryExecutor, two workers, PostgreSQL, Redis.
+
+Everything runs on this machine as separate processes, as docker-compose.yaml runs them in
+containers: ``airflow db migrate`` into a fresh PostgreSQL database, then api-server,
+scheduler, dag-processor, triggerer and two ``airflow celery worker`` processes (each with its
+own hostname) on a dedicated Redis database as broker; Tributary's state and run log go to a
+second fresh PostgreSQL database. The test triggers ``sync_web_demo`` through the REST API,
+waits for it, and checks that mapped tasks ran on both workers and that the index holds
+exactly the chunks an in-process run of the same pipeline produces.
+
+Deselect with ``-m "not cluster"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import sqlalchemy as sa
+
+from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.support.server import free_port
+
+pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+DAG_ID = "sync_web_demo"
+WORKERS = ("tributary-worker-a", "tributary-worker-b")
+BROKER_DB = 12  # Celery broker
+BUDGET_DB = 13  # Tributary's shared budgets (TRIBUTARY_REDIS_URL)
+RUN_TIMEOUT = 180.0
+
+
+def _sources_yaml(site_url: str) -> str:
+    # The demo source, unscheduled (runs only when triggered) and cut into small batches so
+    # that the mapped tasks outnumber the workers.
+    return f"""\
+sources:
+  - kind: web
+    name: demo
+    schedule: null
+    options:
+      seeds: ["{site_url}"]
+      scope: host
+      max_pages: 50
+      delay_seconds: 0
+      allowlist: ["127.0.0.1"]
+    chunker:
+      name: token
+      options: {{chunk_token_num: 64}}
+    index: {{backend: sqlite, name: tributary}}
+    batch_size: 2
+"""
+
+
+@dataclass
+class Cluster:
+    base_url: str
+    env: dict[str, str]
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env={**self.env, **(extra_env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,  # own process group: stopping it reaches its children
+        )
+
+    def check_alive(self) -> None:
+        dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+        if dead:
+            raise AssertionError(f"cluster processes exited: {dead}\n{self.tails()}")
+
+    def tails(self, lines: int = 25) -> str:
+        out = []
+        for log in sorted(self.logs.glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"----- {log.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        # workers' task processes may outlive a killed parent in the same group
+        for p in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def _create_db(admin: sa.Engine, name: str) -> str:
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _drop_db(admin: sa.Engine, name: str) -> None:
+    with admin.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+
+
+def _wait(what: str, cluster: Cluster, fn: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        cluster.check_alive()
+        try:
+            result = fn()
+            if result:
+                return result
+        except (httpx.HTTPError, KeyError) as exc:
+            last = exc
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what} ({last})\n{cluster.tails()}")
+
+
+@pytest.fixture(scope="module")
+def demo_site() -> Iterator[str]:
+    from include.demo.serve import SITE, serve_directory
+
+    server, thread = serve_directory(SITE)
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("cluster")
+    suffix = uuid.uuid4().hex[:8]
+    meta_db, state_db = f"tributary_airflow_{suffix}", f"tributary_state_{suffix}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    meta_url = _create_db(admin, meta_db)
+    state_url = _create_db(admin, state_db)
+    broker = redis.Redis(host="127.0.0.1", port=6379, db=BROKER_DB)
+    budgets = redis.Redis(host="127.0.0.1", port=6379, db=BUDGET_DB)
+    broker.flushdb()
+    budgets.flushdb()
+    (root / "sources.yaml").write_text(_sources_yaml(demo_site))
+    (root / "logs").mkdir()
+    port = free_port()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta_url,
+        "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
+        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta_url}",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.cluster.hostname.worker_hostname",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(root / "airflow" / "logs"),
+        "PYTHONPATH": str(ROOT),
+        "TRIBUTARY_HOME": str(root / "tributary"),
+        "TRIBUTARY_STATE_URL": state_url,
+        "TRIBUTARY_INDEX_PATH": str(root / "tributary" / "index.db"),
+        "TRIBUTARY_STAGING_DIR": str(root / "tributary" / "staging"),
+        "TRIBUTARY_SOURCES": str(root / "sources.yaml"),
+        "TRIBUTARY_REDIS_URL": f"redis://127.0.0.1:6379/{BUDGET_DB}",
+        "TRIBUTARY_TASK_RETRIES": "0",
+    }
+    env.pop("TRIBUTARY_CLUSTER_HOSTNAME", None)
+    cluster = Cluster(f"http://127.0.0.1:{port}", env, root / "logs")
+    try:
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        cluster.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        cluster.start("scheduler", "scheduler")
+        cluster.start("dag-processor", "dag-processor")
+        # --skip-serve-logs: no log server (it would bind every interface, and the two workers
+        # would fight over its port); task logs are files under AIRFLOW_HOME on this machine
+        cluster.start("triggerer", "triggerer", "--skip-serve-logs")
+        for name in WORKERS:
+            cluster.start(
+                name,
+                "celery",
+                "worker",
+                "--celery-hostname",
+                f"{name}@%h",
+                "--skip-serve-logs",
+                extra_env={"TRIBUTARY_CLUSTER_HOSTNAME": name},
+            )
+        yield cluster
+    finally:
+        cluster.stop()
+        _drop_db(admin, meta_db)
+        _drop_db(admin, state_db)
+        admin.dispose()
+        broker.flushdb()
+        budgets.flushdb()
+        broker.close()
+        budgets.close()
+
+
+def _reference_chunks(demo_site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The same source synced in-process (embedded defaults): the chunks the cluster must hold."""
+    from include.config import load_sources
+    from include.engine.runner import run_pipeline
+    from include.index.sqlite_fts import SqliteFtsIndex
+
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(_sources_yaml(demo_site))
+    monkeypatch.setenv("TRIBUTARY_HOME", str(tmp_path / "ref"))
+    for var in ("TRIBUTARY_STATE_URL", "TRIBUTARY_INDEX_PATH", "TRIBUTARY_STAGING_DIR", "TRIBUTARY_REDIS_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    [source] = load_sources(sources)
+    summary = run_pipeline(source)
+    assert summary.status == "success", summary
+    index = SqliteFtsIndex(tmp_path / "ref" / "index.db", index_name="tributary")
+    try:
+        return {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
+    finally:
+        index.close()
+
+
+def test_demo_sync_runs_on_both_celery_workers(
+    cluster: Cluster, demo_site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = _reference_chunks(demo_site, tmp_path, monkeypatch)
+    assert len(expected) > 5
+
+    http = httpx.Client(base_url=cluster.base_url, timeout=30)
+    _wait("the API server", cluster, lambda: http.get("/api/v2/version").status_code == 200, 120)
+    token = http.get("/auth/token").json()["access_token"]
+    http.headers["Authorization"] = f"Bearer {token}"
+    _wait(f"{DAG_ID} to be parsed", cluster, lambda: http.get(f"/api/v2/dags/{DAG_ID}").status_code == 200, 120)
+
+    resp = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
+    assert resp.status_code == 200, resp.text
+    run_id = resp.json()["dag_run_id"]
+
+    def finished() -> str | None:
+        state = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+        return state if state in ("success", "failed") else None
+
+    state = _wait(f"run {run_id}", cluster, finished, RUN_TIMEOUT)
+    tis = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 200}).json()
+    table = sorted((t["task_id"], t["map_index"], t["state"], t["hostname"]) for t in tis["task_instances"])
+    assert state == "success", f"{table}\n{cluster.tails()}"
+
+    # every task succeeded; the mapped ones were spread over both workers
+    assert {t[2] for t in table} == {"success"}, table
+    mapped = [t for t in table if t[1] >= 0]
+    assert {t[0] for t in mapped} == {"fetch", "parse", "chunk", "upsert"}
+    assert len(mapped) >= 8, table
+    assert {t[3] for t in mapped} == set(WORKERS), table
+    assert {t[3] for t in table} <= set(WORKERS), table
+
+    # the index holds exactly the chunks of the in-process reference run
+    from include.index.sqlite_fts import SqliteFtsIndex
+    from include.stores import open_state_store
+
+    index = SqliteFtsIndex(cluster.env["TRIBUTARY_INDEX_PATH"], index_name="tributary")
+    try:
+        got = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
+    finally:
+        index.close()
+    assert got == expected
+
+    # the run log on PostgreSQL recorded the run as a success
+    store = open_state_store(cluster.env["TRIBUTARY_STATE_URL"])
+    try:
+        run = store.get_run(run_id)
+    finally:
+        store.close()
+    assert run is not None and run["status"] == "success", run
