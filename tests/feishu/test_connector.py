@@ -67,7 +67,7 @@ def test_unchanged_changed_and_window(sim: FeishuSimulator, drive: dict[str, str
 
 
 def test_incomplete_walk_confirms_deletions_with_meta_query(sim: FeishuSimulator, drive: dict[str, str]) -> None:
-    with _connector([drive["root"]]) as c:
+    with _connector([drive["root"]], client={"max_attempts": 2}) as c:
         known = {ch.item_key: ch.version for ch in c.discover(DiscoveryRequest(known={})).changes}
         sim.break_folder(drive["deep"])  # a sub-folder fails to list: the walk is incomplete
         sim.trash(drive["docx"])  # ...and a known doc really is gone

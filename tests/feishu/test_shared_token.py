@@ -16,6 +16,14 @@ from tests.simulators.feishu import FeishuSimulator
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
+def _context():
+    """Real processes forked from a clean fork server that imported the client once (spawning
+    ten interpreters that each import it costs most of a minute on two cores)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["tests.feishu._workers", "plugins.connectors.feishu.client", "redis", "httpx"])
+    return ctx
+
+
 def _collect(results, n: int, tag: str) -> list:
     out = []
     while len(out) < n:
@@ -32,7 +40,7 @@ def test_ten_processes_make_one_token_request_and_one_refresh(
     folder = sim.add_folder("共享")
     for i in range(3):
         sim.add("docx", f"文档{i}", folder, "x")
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     start, phase2, results = ctx.Event(), ctx.Event(), ctx.Queue()
     shared = dataclasses.asdict(dataclasses.replace(settings, redis_url=redis_url))
     procs = [ctx.Process(target=token_worker, args=(shared, folder, start, phase2, results)) for _ in range(10)]
@@ -114,7 +122,7 @@ def test_shared_budget_keeps_processes_under_the_server_limit(
     sim.enforce_limits = {"file_download": (5, 1.0)}  # the documented 5 downloads/s per app
     folder = sim.add_folder("files")
     tokens = [sim.add("file", f"文件{i}.txt", folder, b"x" * (i + 1)) for i in range(16)]
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     start, results = ctx.Event(), ctx.Queue()
     shared = dataclasses.asdict(dataclasses.replace(settings, redis_url=redis_url))
     procs = [ctx.Process(target=download_worker, args=(shared, tokens[i::4], start, results)) for i in range(4)]

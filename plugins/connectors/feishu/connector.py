@@ -268,7 +268,7 @@ class FeishuConnector(Connector):
         """In-process polling (the non-deferred path)."""
         if not any(t.state == "pending" for t in tickets):
             return tickets
-        return poll_in_process(self.settings, tickets, **self.poll_kwargs())
+        return poll_in_process(self.client, tickets, **self.poll_kwargs())
 
     def poll_kwargs(self) -> dict[str, float]:
         return {

@@ -22,7 +22,7 @@ import httpx
 from tenacity import AsyncRetrying
 
 from plugins.connectors.base import FetchError
-from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, decode_json, retry_policy
+from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, decode_json, retry_policy, ssl_context
 from plugins.connectors.feishu.errors import (
     FeishuDataError,
     FeishuError,
@@ -137,15 +137,19 @@ class AsyncExportPoller:
     loop (the triggerer's, shared by many triggers) never blocks on them.
     """
 
-    def __init__(self, settings: FeishuSettings) -> None:
+    def __init__(self, settings: FeishuSettings, *, client: FeishuClient | None = None) -> None:
         self.settings = settings
-        self._sync = FeishuClient(settings)  # token cache + budget (their I/O goes to threads)
-        self._http = httpx.AsyncClient(base_url=settings.base_url, timeout=settings.timeout)
+        # Token cache + budget come from a sync client (their I/O goes to threads); a caller
+        # that already has one lends it.
+        self._owns_sync = client is None
+        self._sync = client or FeishuClient(settings)
+        self._http = httpx.AsyncClient(base_url=settings.base_url, timeout=settings.timeout, verify=ssl_context())
         self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
 
     async def aclose(self) -> None:
         await self._http.aclose()
-        await asyncio.to_thread(self._sync.close)
+        if self._owns_sync:
+            await asyncio.to_thread(self._sync.close)
 
     async def _poll_once(self, ticket: ExportTicket) -> dict[str, Any]:
         for refresh in (False, True):
@@ -209,12 +213,12 @@ async def poll_tickets(
 
 
 def poll_in_process(
-    settings: FeishuSettings, tickets: list[ExportTicket], *, deadline: float, interval: float, max_interval: float
+    client: FeishuClient, tickets: list[ExportTicket], *, deadline: float, interval: float, max_interval: float
 ) -> list[ExportTicket]:
     """The non-deferrable path: the same concurrent polling, run in this process."""
 
     async def run() -> list[ExportTicket]:
-        poller = AsyncExportPoller(settings)
+        poller = AsyncExportPoller(client.settings, client=client)
         try:
             return await poll_tickets(poller, tickets, deadline=deadline, interval=interval, max_interval=max_interval)
         finally:
