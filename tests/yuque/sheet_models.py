@@ -55,6 +55,8 @@ GOLDEN: list[dict[str, Any]] = [
             "2": {"0": {"v": "链接"}, "1": {"v": {"class": "link", "text": "语雀", "url": "https://www.yuque.com"}}},
             "3": {"0": {"v": "图片"}, "1": {"v": {"class": "image", "src": "https://cdn.nlark.com/x.png", "name": "架构图.png"}}},
             "4": {"0": {"v": "-4"}, "1": {"v": "1.25"}, "2": {"v": "12345678901234567890"}},
+            # refers to a sheet whose name is not legal in Excel: the reference follows the rename
+            "5": {"0": {"v": {"class": "formula", "formula": "'明细:2026/Q1'!B2+1", "value": 13}}},
         },
         "rows": {},
         "columns": {},
@@ -72,7 +74,7 @@ GOLDEN_TITLES = ["总览", "明细_2026_Q1", LONG_NAME[:31], LONG_NAME[:27] + " 
 GOLDEN_VALUES = {
     "总览": {
         "A1": "完成", "B1": "TRUE", "A2": "状态", "B2": "进行中, s3", "A3": "链接", "B3": "语雀",
-        "A4": "图片", "B4": "架构图.png", "A5": -4, "B5": 1.25, "C5": "12345678901234567890",
+        "A4": "图片", "B4": "架构图.png", "A5": -4, "B5": 1.25, "C5": "12345678901234567890", "A6": 13,
     },
     "明细_2026_Q1": {
         "A1": "产品", "B1": "数量", "C1": "单价", "D1": "合计",
@@ -84,7 +86,10 @@ GOLDEN_VALUES = {
     LONG_NAME[:27] + " (2)": {"A1": "重名"},
     "总览 (2)": {},
 }  # fmt: skip
-GOLDEN_FORMULAS = {"明细_2026_Q1": {"D2": "=B2*C2", "D3": '=IF(B3>5,"多","少")', "D4": "=SUM(D2:D2)"}}
+GOLDEN_FORMULAS = {
+    "明细_2026_Q1": {"D2": "=B2*C2", "D3": '=IF(B3>5,"多","少")', "D4": "=SUM(D2:D2)"},
+    "总览": {"A6": "='明细_2026_Q1'!B2+1"},
+}
 
 
 # --------------------------------------------------------------------------- generated models

@@ -266,3 +266,9 @@ def test_fetch_rate_limited_then_succeeds(yuque_conn, space):
     with YuqueConnector(yuque_source()) as conn:
         raw = conn.fetch(change)
     assert raw.data.decode() == docs["md"].body and sim.counters["status:429"] == 2
+
+
+def test_input_dataset_names_host_and_namespaces(yuque_conn, sim):
+    with YuqueConnector(yuque_source(namespaces=["alice/kb", "alice/notes"])) as conn:
+        assert conn.input_dataset() == (yuque_conn, "/alice/kb,alice/notes")
+    assert sim.counters["requests"] == 0

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from plugins.connectors.yuque.lakesheet import (
     LakesheetError,
+    _renamer,
     decode_sheets,
     find_wrapper,
     inflate_bounded,
@@ -46,9 +47,11 @@ def test_golden_values_titles_and_order():
 
 def test_golden_formulas_keep_formula_and_cached_value():
     data = lakesheet_to_xlsx(encode_lakesheet(GOLDEN))
-    formulas = _load(data, values=False)["明细_2026_Q1"]
-    for coord, formula in GOLDEN_FORMULAS["明细_2026_Q1"].items():
-        assert formulas[coord].value == formula
+    with_formulas = _load(data, values=False)
+    for title, expected in GOLDEN_FORMULAS.items():
+        for coord, formula in expected.items():
+            assert with_formulas[title][coord].value == formula
+    formulas = with_formulas["明细_2026_Q1"]
     # a literal "=..." string is text, not a formula
     assert formulas["A7"].data_type == "s" and formulas["A7"].value == "=这不是公式"
     cached = _load(data)["明细_2026_Q1"]
@@ -179,3 +182,9 @@ def test_sheet_names_sanitised_and_deduplicated():
     names = sanitize_sheet_names(["a[1]:b*?/\\", "'quoted'", "", "History", "DATA", "data", "x" * 40, "x" * 40])
     assert names == ["a_1__b____", "quoted", "Sheet3", "History_", "DATA", "data (2)", "x" * 31, "x" * 27 + " (2)"]
     assert all(len(n) <= 31 for n in names)
+
+
+def test_formula_sheet_references_follow_renames():
+    rename = _renamer(["Data", "History", "a:b", "it's"], ["Data", "History_", "a_b", "it's"])
+    assert rename("History!A1+Data!B1+MyHistory!C1+'History'!D1") == "'History_'!A1+Data!B1+MyHistory!C1+'History_'!D1"
+    assert rename("SUM('a:b'!A1:A3)") == "SUM('a_b'!A1:A3)"

@@ -108,7 +108,8 @@ class YuqueConnector(Connector):
         self._client = self._hook = None
 
     def input_dataset(self) -> tuple[str, str]:
-        base = self.client.base_url.removesuffix("/api/v2") if self._client or self._hook else "yuque"
+        """(Yuque host, "/" or "/<ns>,<ns>"): reads the Connection, sends no request."""
+        base = self.client.base_url.removesuffix("/api/v2")
         return (base, "/" + ",".join(self.namespaces) if self.namespaces else "/")
 
     def _web_url(self, namespace: str, slug: str | None, doc_id: int) -> str:

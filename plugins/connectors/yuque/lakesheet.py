@@ -27,7 +27,7 @@ import json
 import logging
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -200,7 +200,37 @@ def _object_text(value: dict[str, Any]) -> str:
     return ""
 
 
-def _cell_value(v: Any) -> tuple[Any, str | None, Any, str | None]:
+def _quote_sheet(name: str) -> str:
+    return "'" + name.replace("'", "''") + "'"
+
+
+def _renamer(originals: list[Any], titles: list[str]) -> Callable[[str], str]:
+    """Rewrite ``'old name'!A1`` / ``old!A1`` references in formulas to the sanitised titles."""
+    renames: dict[str, str] = {}
+    for old, new in zip(originals, titles, strict=True):
+        if isinstance(old, str) and old and old != new:
+            renames.setdefault(old, new)  # duplicates: a reference can only have meant the first
+    if not renames:
+        return lambda formula: formula
+    alternatives = []
+    for old in sorted(renames, key=len, reverse=True):
+        alternatives.append(re.escape(_quote_sheet(old)))
+        if re.fullmatch(r"[^\W\d]\w*", old):  # unquoted references are only legal for plain names
+            alternatives.append(r"(?<![\w.'])" + re.escape(old))
+    pattern = re.compile("(" + "|".join(alternatives) + ")!")
+
+    def rewrite(formula: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            ref = m.group(1)
+            old = ref[1:-1].replace("''", "'") if ref.startswith("'") else ref
+            return _quote_sheet(renames[old]) + "!"
+
+        return pattern.sub(sub, formula)
+
+    return rewrite
+
+
+def _cell_value(v: Any, rename: Callable[[str], str] = lambda f: f) -> tuple[Any, str | None, Any, str | None]:
     """-> (value to write, formula or None, cached value for a formula, hyperlink or None)."""
     if isinstance(v, bool | int | float):
         return v, None, None, None
@@ -216,7 +246,8 @@ def _cell_value(v: Any) -> tuple[Any, str | None, Any, str | None]:
                 cached = _object_text(cached) if isinstance(cached, dict) else ", ".join(map(str, cached))
             if not formula:
                 return cached, None, None, None
-            return "=" + formula.lstrip("="), "=" + formula.lstrip("="), cached, None
+            formula = "=" + rename(formula.lstrip("="))
+            return formula, formula, cached, None
         link = v.get("url") if v.get("class") == "link" else None
         if isinstance(link, str) and not re.match(r"(?i)^(https?:|mailto:)", link):
             link = None
@@ -339,16 +370,17 @@ def workbook_from_sheets(sheets: list[dict[str, Any]]) -> tuple[Workbook, dict[i
     wb = Workbook()
     wb.remove(wb.active)
     cached: dict[int, dict[str, Any]] = {}
-    for pos, (sheet, title) in enumerate(
-        zip(ordered, sanitize_sheet_names([s.get("name") for s in ordered]), strict=True)
-    ):
+    originals = [s.get("name") for s in ordered]
+    titles = sanitize_sheet_names(originals)
+    rename = _renamer(originals, titles)
+    for pos, (sheet, title) in enumerate(zip(ordered, titles, strict=True)):
         ws = wb.create_sheet(title=title)
         styles = _StyleBook(sheet.get("vStore"))
         for r, row in _index_items(sheet.get("data"), _MAX_ROW):
             for c, cell in _index_items(row, _MAX_COL):
                 if not isinstance(cell, dict) or not cell:
                     continue
-                value, formula, cached_value, link = _cell_value(cell.get("v"))
+                value, formula, cached_value, link = _cell_value(cell.get("v"), rename)
                 font, fill, h_align = styles.get(cell.get("s"))
                 if value is None and not (font or fill or h_align):
                     continue
