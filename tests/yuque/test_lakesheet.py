@@ -43,6 +43,7 @@ def test_golden_values_titles_and_order():
     detail = wb["明细_2026_Q1"]
     assert isinstance(detail["B2"].value, int) and isinstance(detail["C2"].value, float)
     assert detail["C3"].data_type == "s" and wb["总览"]["C5"].data_type == "s"
+    assert detail["C2"].number_format == "0.0" and wb["总览"]["B5"].number_format == "0.00"
 
 
 def test_golden_formulas_keep_formula_and_cached_value():

@@ -389,6 +389,9 @@ def workbook_from_sheets(sheets: list[dict[str, Any]]) -> tuple[Workbook, dict[i
                     target.value = value
                     if isinstance(value, str) and formula is None and value.startswith("="):
                         target.data_type = "s"  # a literal "=..." string, not a formula
+                    elif isinstance(value, float) and isinstance(raw_v := cell.get("v"), str):
+                        # "12.50" shows as typed, not as 12.5
+                        target.number_format = "0." + "0" * len(raw_v.partition(".")[2])
                 if formula is not None and cached_value is not None:
                     cached.setdefault(pos, {})[target.coordinate] = cached_value
                 if link:
