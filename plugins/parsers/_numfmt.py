@@ -38,6 +38,8 @@ def _number(value: float, section: str) -> str:
         return lit.replace("@", _general(value)) if "@" in lit else _general(value)
     core = m.group(0)
     prefix, suffix = lit[: m.start()], lit[m.end() :]
+    if core.endswith("%"):
+        suffix = "%" + suffix
     if "%" in core or "%" in suffix:
         value = value * 100
     decimals = len(core.split(".", 1)[1].rstrip("%").split("E")[0].split("e")[0]) if "." in core else 0

@@ -43,24 +43,29 @@ def lo_convert(tmp_path_factory: pytest.TempPathFactory) -> Callable[[bytes, str
         work.mkdir()
         src = work / f"in.{src_ext}"
         src.write_bytes(data)
-        subprocess.run(
-            [
-                SOFFICE,
-                "--headless",
-                "--norestore",
-                f"-env:UserInstallation={profile.as_uri()}",
-                "--convert-to",
-                target,
-                "--outdir",
-                str(work),
-                str(src),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=180,
-        )
         ext = target.split(":")[0]
-        out = (work / f"in.{ext}").read_bytes()
+        result = work / "out" / f"in.{ext}"
+        # a fresh LibreOffice profile sometimes exits without converting on first start: retry
+        for _ in range(3):
+            subprocess.run(
+                [
+                    SOFFICE,
+                    "--headless",
+                    "--norestore",
+                    f"-env:UserInstallation={profile.as_uri()}",
+                    "--convert-to",
+                    target,
+                    "--outdir",
+                    str(work / "out"),
+                    str(src),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
+            if result.exists():
+                break
+        out = result.read_bytes()
         cache[key] = out
         return out
 
