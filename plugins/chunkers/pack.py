@@ -40,6 +40,7 @@ class Prefix:
     heading_path: list[str] = field(default_factory=list)
     # Heading units folded into the prefix: the body starts at this unit instead (or None).
     skip_to_unit: int | None = None
+    folded: int = 0  # how many heading units were folded
 
 
 @dataclass(slots=True)
@@ -81,8 +82,11 @@ class _Cutter:
         last_piece: list[int],
         delimiters: re.Pattern[bytes],
         max_units: int,
+        isolate_split: bool = False,
     ) -> None:
         self.run = run
+        self.isolate_split = isolate_split
+        self.first_piece = [0] + [u + 1 for u in last_piece[:-1]]
         self.block_of = block_of
         self.last_piece = last_piece
         self.delimiters = delimiters
@@ -95,6 +99,8 @@ class _Cutter:
         """Furthest cut after ``pos`` whose approximate count stays within ``max_tokens``."""
         block = self.block_of[unit]
         last_block = min(len(self.block_end) - 1, block + self.max_units - 1)
+        if self.isolate_split and pos > self.run.starts[self.first_piece[block]]:
+            last_block = block  # the rest of a split row is not glued to the next rows
         i = min(bisect_right(self.block_end_tb, max_tokens) - 1, last_block)
         if i >= 0 and self.block_end[i] > pos:
             return self.block_end[i]
@@ -175,11 +181,15 @@ def _split_blocks(
 
 
 def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
-    """Start of the last ``want`` tokens of ``run[lo:end]`` (exact count, or the largest below)."""
+    """Start of the last ``want`` tokens of ``run[lo:end]`` (exact count, or the largest below).
+
+    Token starts are tried first; a multi-character token can hide the exact start, so the
+    characters just before the best start found are tried too.
+    """
     base = run.tokens_before(end)
     first = run.tokens_before(lo)
     k = max(base - want, first)
-    best = end
+    best, best_got = end, 0
     for _ in range(6):
         start = max(run.offset_of(k), lo)
         while not run.is_char_start(start) and k < base:
@@ -191,7 +201,8 @@ def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
         if got == want:
             return start
         if got < want:
-            best = min(best, start)
+            if got > best_got:
+                best, best_got = start, got
             if k <= first:
                 break
             k = max(k - (want - got), first)
@@ -199,6 +210,18 @@ def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
             k += got - want
             if k >= base:
                 break
+    start = best
+    for _ in range(8):  # character by character, still inside the previous chunk
+        start -= 1
+        while start > lo and not run.is_char_start(start):
+            start -= 1
+        if start < lo:
+            break
+        got = run.count(start, end)
+        if got == want:
+            return start
+        if got > want:
+            break
     return best
 
 
@@ -212,6 +235,7 @@ def pack_run(
     delimiters: str,
     kind: str = "text",
     max_units: int = _NO_LIMIT,
+    isolate_split: bool = False,
 ) -> list[Draft]:
     """Chunk one run of blocks (``texts``), the blocks joined by ``"\\n"``.
 
@@ -222,8 +246,8 @@ def pack_run(
         return []
     pieces, joined, block_of, last_piece = _split_blocks(texts, limit, delimiter_text_pattern(delimiters))
     run = Run(pieces, joined)
-    cutter = _Cutter(run, block_of, last_piece, delimiter_pattern(delimiters), max_units)
-    first_piece = [0] + [u + 1 for u in last_piece[:-1]]
+    cutter = _Cutter(run, block_of, last_piece, delimiter_pattern(delimiters), max_units, isolate_split)
+    first_piece = cutter.first_piece
     size = len(run)
     drafts: list[Draft] = []
     pos = 0
@@ -299,6 +323,6 @@ def _draft(
     if start < overlap_end:  # the previous chunk's tail, repeated
         meta["overlap_chars"] = len(run.decode(start, overlap_end))
         meta["overlap_tokens"] = run.count(start, overlap_end)
-    if prefix.skip_to_unit is not None:
-        meta["heading_folded"] = True
+    if prefix.folded:
+        meta["heading_folded"] = prefix.folded
     return Draft(text, exact, list(prefix.heading_path), _positions(unit_positions, first, last), kind, meta)

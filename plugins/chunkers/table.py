@@ -101,5 +101,6 @@ def table_drafts(table: TableRows, opts: ChunkOptions, path_prefix: str = "") ->
         delimiters=_ROW_DELIMITERS,
         kind="table",
         max_units=opts.table_rows_per_chunk,
+        isolate_split=True,
     )
     return drafts

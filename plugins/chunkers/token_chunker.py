@@ -14,7 +14,8 @@ that). The prefix counts toward the limit.
 Every chunk records in ``metadata`` how its text is composed, so consumers (and the
 losslessness tests) can take it apart: ``prefix_chars`` (heading path / table header at the
 start), ``overlap_chars`` and ``overlap_tokens`` (text repeated from the previous chunk),
-``heading_folded`` (the path's last heading is this chunk's own section heading).
+``heading_folded`` (how many of the path's last headings are this chunk's own section
+headings, folded into the prefix instead of repeated in the body).
 
 Options: :mod:`plugins.chunkers.options`.
 """
@@ -104,7 +105,7 @@ class _Headings:
                 j += 1
             text, tokens = self.render(folded)
             if text == _SEPARATOR.join(folded) + "\n":  # the whole path fits: fold
-                return Prefix(text, tokens, list(folded), skip_to_unit=j)
+                return Prefix(text, tokens, list(folded), skip_to_unit=j, folded=j - unit)
         text, tokens = self.render(path)
         own = (*path, _clean(blocks[unit].text)) if blocks[unit].kind == BlockKind.HEADING else path
         return Prefix(text, tokens, list(own))

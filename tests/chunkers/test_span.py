@@ -1,0 +1,79 @@
+"""The hard-boundary rules and exact slice counts, checked against the tokenizer itself."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from plugins.chunkers.span import Run, is_hard_boundary
+from plugins.chunkers.tokenizer import get_encoding
+from tests.chunkers.strategies import CJK, CJK_PUNCT, ODD, block_text
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Characters around which cl100k's pre-tokenizer behaves differently: letters, digits, the
+# contraction apostrophe, punctuation runs, every kind of whitespace, CJK and odd Unicode.
+tricky = st.text(
+    alphabet=st.sampled_from(list("aZs'tlvrde19 .,!?;:-()[]\n\r\t" + CJK[:12] + CJK_PUNCT + ODD)), max_size=80
+)
+
+
+@SETTINGS
+@given(st.one_of(tricky, block_text()))
+def test_tokens_split_at_every_hard_boundary(text: str) -> None:
+    enc = get_encoding()
+    data = text.encode("utf-8")
+    whole = enc.encode_ordinary(text)
+    for off in range(1, len(data)):
+        if is_hard_boundary(data, off):
+            left, right = data[:off].decode("utf-8"), data[off:].decode("utf-8")
+            assert enc.encode_ordinary(left) + enc.encode_ordinary(right) == whole, (left, right)
+
+
+def test_known_boundaries() -> None:
+    data = "word. next\n中文，更多。好\n  indented".encode()
+    hard = {data[:off].decode(errors="ignore") for off in range(1, len(data)) if is_hard_boundary(data, off)}
+    assert "word" in hard  # letter | punctuation
+    assert "word." in hard  # punctuation | space
+    assert "word. next" in hard  # letter | newline
+    assert "word. next\n" in hard  # newline | letter
+    assert "word. next\n中文" in hard  # CJK letter | CJK punctuation
+    assert "word. next\n中文，" not in hard  # "，更多" is one pre-token
+    assert "word. next\n中文，更多。好\n" not in hard  # newline | whitespace
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[list[str], int, int, str]:
+    texts = draw(st.lists(st.one_of(tricky, block_text()), min_size=1, max_size=6))
+    joined = "\n".join(texts)
+    n = len(joined)
+    a = draw(st.integers(0, n))
+    b = draw(st.integers(a, n))
+    prefix = draw(st.sampled_from(["", "A > B\n", "标题 > 小节\n"]))
+    return texts, a, b, prefix
+
+
+@SETTINGS
+@given(runs())
+def test_run_count_is_exact(case: tuple[list[str], int, int, str]) -> None:
+    texts, a, b, prefix = case
+    run = Run(texts)
+    joined = "\n".join(texts)
+    start, end = len(joined[:a].encode()), len(joined[:b].encode())
+    expected = len(get_encoding().encode_ordinary(prefix + joined[a:b]))
+    assert run.count(start, end, prefix) == expected
+
+
+@SETTINGS
+@given(st.lists(st.one_of(tricky, block_text()), min_size=1, max_size=6), st.data())
+def test_run_count_over_split_pieces(texts: list[str], data: st.DataObject) -> None:
+    # Pieces of one block follow each other with no joining newline.
+    joined_flags = [data.draw(st.booleans()) for _ in texts]
+    run = Run(texts, joined_flags)
+    text = "".join(
+        t + ("\n" if j and i < len(texts) - 1 else "") for i, (t, j) in enumerate(zip(texts, joined_flags, strict=True))
+    )
+    assert run.data == text.encode()
+    a = data.draw(st.integers(0, len(text)))
+    b = data.draw(st.integers(a, len(text)))
+    start, end = len(text[:a].encode()), len(text[:b].encode())
+    assert run.count(start, end) == len(get_encoding().encode_ordinary(text[a:b]))
