@@ -176,3 +176,15 @@ def test_budget_in_process_fallback_and_unreachable_redis(sim, yuque_url):
         with pytest.raises(YuqueBudgetExhausted):
             b.get_user()
     assert sim.counters["requests"] == 3 and sleeps == []  # not retried inside the task
+
+
+@pytest.mark.redis
+def test_budget_holds_across_processes(sim, yuque_url, redis_url):
+    import multiprocessing
+
+    from tests.yuque._budget_worker import spend
+
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = pool.starmap(spend, [(yuque_url, TOKEN, redis_url, 7, 6)] * 2)
+    assert sum(s for s, _ in results) == 7 and sum(r for _, r in results) == 5
+    assert sim.counters["user"] == 7

@@ -140,3 +140,21 @@ def test_unsupported_format_recorded_with_reason(space):
         store.close()
     assert failed["item_key"] == _key(sim, board)
     assert failed["reason"] == "fetch: skipped: unsupported format board"
+
+
+@pytest.mark.redis
+def test_request_budget_counted_in_redis(sim, yuque_conn, tributary_home, redis_url, monkeypatch):
+    import redis
+
+    repo = sim.add_repo("alice", "kb", "知识库")
+    for i in range(3):
+        sim.add_doc(repo, f"文档{i}", body=f"第{i}篇正文。")
+    monkeypatch.setenv("TRIBUTARY_REDIS_URL", redis_url)
+    assert run_pipeline(yuque_source()).counts["new"] == 3
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = client.keys("tributary:yuque:budget:*")
+        assert len(keys) == 1 and b"alice-token" not in keys[0]  # one token, stored only as a hash
+        assert int(client.get(keys[0])) == sim.counters["requests"] > 0
+    finally:
+        client.close()
