@@ -158,3 +158,20 @@ def test_request_budget_counted_in_redis(sim, yuque_conn, tributary_home, redis_
         assert int(client.get(keys[0])) == sim.counters["requests"] > 0
     finally:
         client.close()
+
+
+def test_doc_absent_from_complete_listing_is_deleted(sim, yuque_conn, tributary_home):
+    repo = sim.add_repo("alice", "kb", "知识库")
+    docs = [sim.add_doc(repo, f"文档{i}", body=f"第{i}篇正文，编号 doc{i}x。") for i in range(6)]
+    source = yuque_source(deleted_listing=False)  # only the complete walk can tell
+    assert run_pipeline(source).counts["new"] == 6
+    del repo.docs[docs[2].id]  # gone without a tombstone
+    summary = run_pipeline(source)
+    assert summary.counts["deleted"] == 1 and summary.counts["unchanged"] == 5
+    store = open_state_store()
+    try:
+        (row,) = store.run_items(summary.run_id, "deleted")
+    finally:
+        store.close()
+    assert row["item_key"] == f"alice/kb/{docs[2].id}" and "absent from 1 complete listing" in row["reason"]
+    assert _search(source, "doc2x") == set() and _search(source, "doc3x")

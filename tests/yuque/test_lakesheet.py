@@ -144,8 +144,13 @@ def test_body_sheet_fallback_without_wrapper():
     assert wb.sheetnames == GOLDEN_TITLES
     ws = wb["明细_2026_Q1"]
     assert (ws["A2"].value, ws["B2"].value, ws["D2"].value, ws["D3"].value) == ("苹果", 12, 42, "多")
+    # the plain form carried in body itself is recognised too
+    assert _load(lakesheet_to_xlsx(body_sheet)).sheetnames == GOLDEN_TITLES
     with pytest.raises(LakesheetError) as err:
         lakesheet_to_xlsx("", "", "")
+    assert err.value.code == "empty"
+    with pytest.raises(LakesheetError) as err:
+        lakesheet_to_xlsx("# a markdown body", "", "")
     assert err.value.code == "empty"
 
 

@@ -439,6 +439,18 @@ def workbook_from_body_sheet(body_sheet: str) -> Workbook:
     return wb
 
 
+def _is_body_sheet(text: str | None) -> bool:
+    """``{"data": [{"table": [...]}, ...]}``: the plain form, wherever a response put it."""
+    if not text or not text.lstrip().startswith("{"):
+        return False
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    data = parsed.get("data") if isinstance(parsed, dict) else None
+    return isinstance(data, list) and any(isinstance(s, dict) and isinstance(s.get("table"), list) for s in data)
+
+
 def _inject_cached_values(xlsx: bytes, cached: dict[int, dict[str, Any]]) -> bytes:
     """Write each formula cell's cached value into ``<v>`` of the saved sheet XML."""
     if not cached:
@@ -482,13 +494,14 @@ def lakesheet_to_xlsx(
     modified: datetime | None = None,
 ) -> bytes:
     """The doc's sheets as .xlsx bytes: wrapper from ``body``, then ``body_draft``, then the plain
-    ``body_sheet``. Raises :class:`LakesheetError` when none of them yields a sheet."""
+    ``body_sheet`` (or that plain form found in ``body``/``body_draft``). Raises
+    :class:`LakesheetError` when none of them yields a sheet."""
     wrapper = find_wrapper(body, body_draft)
     cached: dict[int, dict[str, Any]] = {}
     if wrapper is not None:
         wb, cached = workbook_from_sheets(decode_sheets(wrapper, max_bytes))
-    elif body_sheet:
-        wb = workbook_from_body_sheet(body_sheet)
+    elif plain := next((b for b in (body_sheet, body, body_draft) if _is_body_sheet(b)), None):
+        wb = workbook_from_body_sheet(plain)
     else:
         raise LakesheetError("empty", "neither body, body_draft nor body_sheet holds a sheet")
     if modified is not None:
