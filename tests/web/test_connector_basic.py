@@ -88,3 +88,16 @@ def test_lost_link_cache_still_covers_site(site, tributary_home: Path, tmp_path:
     assert second.discovery.all_keys == first.discovery.all_keys
     assert second.discovery.complete
     assert second.discovery.stats["refetched_for_links"] == 4
+
+
+def test_only_keys_fetches_just_those_pages(site, tributary_home: Path, tmp_path: Path) -> None:
+    from include.contract import VersionEvidence
+    from plugins.connectors.base import DiscoveryRequest
+
+    _, base = site
+    connector = make_connector(seeds=[base + "/"])
+    found = connector.discover(
+        DiscoveryRequest(known={f"{base}/a.html": VersionEvidence(last_modified="x")}, only_keys=[f"{base}/a.html"])
+    )
+    assert [(c.item_key, c.kind) for c in found.changes] == [(f"{base}/a.html", ChangeKind.CHANGED)]
+    assert found.complete is False

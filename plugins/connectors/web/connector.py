@@ -142,11 +142,18 @@ class WebConnector(Connector):
         return _run(self._discover(request))
 
     async def _discover(self, request: DiscoveryRequest) -> Discovery:
+        options = self.options
+        if request.only_keys:
+            # Re-process named pages only: fetch exactly those, follow nothing. The listing is
+            # then partial by construction, so it never drives deletions.
+            options = options.model_copy(
+                update={"seeds": list(request.only_keys), "max_depth": 0, "use_sitemaps": False}
+            )
         fetcher = self._fetcher()
         cache = LinkCache(self._cache_path())
         try:
             known = {} if request.full_resync else request.known
-            crawler = Crawler(self.options, fetcher, cache, known, request.stage, request.max_items)
+            crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items)
             fetcher.delay_for = crawler.delay_for
             result = await crawler.run()
         finally:
@@ -157,7 +164,7 @@ class WebConnector(Connector):
             self.context.log.info("web crawl of %s: %s", self.source.name, result.stats)
         return Discovery(
             changes=result.changes,
-            complete=result.complete,
+            complete=result.complete and not request.only_keys,
             all_keys=result.all_keys,
             stats=result.stats,
         )

@@ -91,11 +91,13 @@ def extract_links(data: bytes, url: str, content_type: str | None = None, x_robo
             out.canonical = resolve_link(base, el.get("href") or "")
             break
     seen: set[str] = set()
+    hrefs: set[str] = set()
     for el in root.iter(*(tag for tag, _ in _LINK_ATTRS)):
         attr = "href" if el.tag in ("a", "area") else "src"
         href = el.get(attr)
-        if not href:
+        if not href or href in hrefs:
             continue
+        hrefs.add(href)
         link = resolve_link(base, href)
         if link and link not in seen:
             seen.add(link)

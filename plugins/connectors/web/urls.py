@@ -42,6 +42,7 @@ def _requote(part: str, safe: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=131072)
 def canonicalize(url: str) -> str:
     """Canonical form of an absolute http(s) URL.
 
@@ -97,13 +98,23 @@ def _remove_dot_segments(path: str) -> str:
 def resolve_link(base: str, href: str) -> str | None:
     """Absolute canonical URL of ``href`` found on ``base``, or None for non-web links."""
     href = href.strip()
-    if not href or href.startswith("#"):
+    if not href or href[0] == "#":
         return None
-    scheme = urlsplit(href).scheme.lower()
-    if scheme and scheme not in _DEFAULT_PORTS:
-        return None  # mailto:, javascript:, tel:, data: ...
+    # The fragment never matters; dropping it first lets "a.html#x" and "a.html#y" share the
+    # canonicalisation cache (pages repeat the same navigation links thousands of times).
+    href = href.split("#", 1)[0]
+    colon = href.find(":")
+    if colon > 0 and "/" not in href[:colon]:
+        if href[:colon].lower() not in _DEFAULT_PORTS:
+            return None  # mailto:, javascript:, tel:, data: ...
+        absolute = href
+    elif href.startswith("/") and not href.startswith("//"):
+        parts = urlsplit(base)
+        absolute = f"{parts.scheme}://{parts.netloc}{href}"
+    else:
+        absolute = urljoin(base, href) if href else base
     try:
-        return canonicalize(urljoin(base, href))
+        return canonicalize(absolute)
     except ValueError:
         return None
 
