@@ -15,9 +15,8 @@ The inflate is bounded: the stream is decompressed in ``max_length`` steps and a
 as the output passes the cap, so a zlib bomb costs at most the cap in memory. Without a wrapper,
 the plain ``body_sheet`` table (values only) is used.
 
-openpyxl writes formula cells without a cached value, which would leave every reader that asks
-for values (``data_only=True``, the XLSX parser, Excel before recalculation) with an empty cell;
-the cached values Yuque computed are therefore injected into the saved sheet XML afterwards.
+openpyxl writes formula cells without a cached value; the values Yuque computed are injected into
+the saved sheet XML afterwards (:mod:`._xlsx_cache`).
 """
 
 from __future__ import annotations
@@ -26,17 +25,17 @@ import io
 import json
 import logging
 import re
-import zipfile
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from lxml import etree
 from openpyxl import Workbook
 from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from zlib_ng import zlib_ng
+
+from plugins.connectors.yuque._xlsx_cache import inject_cached_values
 
 __all__ = [
     "DEFAULT_MAX_SHEET_BYTES",
@@ -62,7 +61,6 @@ _STYLE_TOKEN = re.compile(r"([a-z])(\d+)")
 _INT_RE = re.compile(r"-?(?:0|[1-9]\d{0,14})")
 _FLOAT_RE = re.compile(r"-?(?:0|[1-9]\d{0,14})\.\d{1,15}")
 _H_ALIGN = {0: "left", 1: "center", 2: "right"}
-_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 
 
 class LakesheetError(ValueError):
@@ -451,40 +449,6 @@ def _is_body_sheet(text: str | None) -> bool:
     return isinstance(data, list) and any(isinstance(s, dict) and isinstance(s.get("table"), list) for s in data)
 
 
-def _inject_cached_values(xlsx: bytes, cached: dict[int, dict[str, Any]]) -> bytes:
-    """Write each formula cell's cached value into ``<v>`` of the saved sheet XML."""
-    if not cached:
-        return xlsx
-    src = zipfile.ZipFile(io.BytesIO(xlsx))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            m = re.fullmatch(r"xl/worksheets/sheet(\d+)\.xml", info.filename)
-            values = cached.get(int(m.group(1)) - 1) if m else None
-            if values:
-                root = etree.fromstring(data)
-                for cell in root.iter(f"{{{_NS}}}c"):
-                    value = values.get(cell.get("r"))
-                    if value is None or cell.find(f"{{{_NS}}}f") is None:
-                        continue
-                    v = cell.find(f"{{{_NS}}}v")
-                    if v is None:
-                        v = etree.SubElement(cell, f"{{{_NS}}}v")
-                    if isinstance(value, bool):
-                        cell.set("t", "b")
-                        v.text = "1" if value else "0"
-                    elif isinstance(value, int | float):
-                        cell.attrib.pop("t", None)
-                        v.text = repr(value) if isinstance(value, float) else str(value)
-                    else:
-                        cell.set("t", "str")
-                        v.text = _clean(str(value))
-                data = etree.tostring(root, xml_declaration=True, encoding="UTF-8", standalone=True)
-            dst.writestr(info, data)
-    return out.getvalue()
-
-
 def lakesheet_to_xlsx(
     body: str | None,
     body_draft: str | None = None,
@@ -510,4 +474,4 @@ def lakesheet_to_xlsx(
         wb.properties.created = wb.properties.modified = stamp
     buf = io.BytesIO()
     wb.save(buf)
-    return _inject_cached_values(buf.getvalue(), cached)
+    return inject_cached_values(buf.getvalue(), cached)
