@@ -99,7 +99,7 @@ class Cluster:
         for p in self.procs.values():
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 10
         for p in self.procs.values():
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -122,6 +122,14 @@ def _drop_db(admin: sa.Engine, name: str) -> None:
     with admin.connect() as conn:
         conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+
+
+_T0 = time.monotonic()
+
+
+def _log(msg: str) -> None:
+    """Progress with elapsed time (shown by pytest -s, or in the captured output on failure)."""
+    print(f"[cluster +{time.monotonic() - _T0:6.1f}s] {msg}", flush=True)
 
 
 def _wait(what: str, cluster: Cluster, fn: Any, timeout: float) -> Any:
@@ -183,6 +191,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
         "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",  # one DAG file; spare the 2 cores
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(root / "airflow" / "logs"),
         "PYTHONPATH": str(ROOT),
@@ -201,6 +210,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
         )
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        _log("metadata DB migrated")
         cluster.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
         cluster.start("scheduler", "scheduler")
         cluster.start("dag-processor", "dag-processor")
@@ -217,6 +227,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
                 "--skip-serve-logs",
                 extra_env={"TRIBUTARY_CLUSTER_HOSTNAME": name},
             )
+        _log("components started")
         yield cluster
     finally:
         cluster.stop()
@@ -256,12 +267,15 @@ def test_demo_sync_runs_on_both_celery_workers(
 ) -> None:
     expected = _reference_chunks(demo_site, tmp_path, monkeypatch)
     assert len(expected) > 5
+    _log(f"reference run: {len(expected)} chunks")
 
     http = httpx.Client(base_url=cluster.base_url, timeout=30)
     _wait("the API server", cluster, lambda: http.get("/api/v2/version").status_code == 200, 120)
     token = http.get("/auth/token").json()["access_token"]
     http.headers["Authorization"] = f"Bearer {token}"
+    _log("API server up")
     _wait(f"{DAG_ID} to be parsed", cluster, lambda: http.get(f"/api/v2/dags/{DAG_ID}").status_code == 200, 120)
+    _log("DAG parsed")
 
     resp = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
     assert resp.status_code == 200, resp.text
@@ -272,6 +286,7 @@ def test_demo_sync_runs_on_both_celery_workers(
         return state if state in ("success", "failed") else None
 
     state = _wait(f"run {run_id}", cluster, finished, RUN_TIMEOUT)
+    _log(f"run {run_id}: {state}")
     tis = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 200}).json()
     table = sorted((t["task_id"], t["map_index"], t["state"], t["hostname"]) for t in tis["task_instances"])
     assert state == "success", f"{table}\n{cluster.tails()}"
