@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -152,15 +153,15 @@ def build_dag(source: SourceConfig) -> DAG:
         ),
         params=dict(_PARAMS),
         default_args={
-            "retries": 2,
-            "retry_delay": dt.timedelta(seconds=30),
+            "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
+            "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),
             "retry_exponential_backoff": True,
             "max_retry_delay": dt.timedelta(minutes=10),
         },
         on_failure_callback=_on_failure,
     ) as dag:
         discover = DiscoverOperator(task_id="discover", source=sid)
-        fetched = _fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output["batches"])
+        fetched = _fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output)
         parsed = ParseOperator.partial(task_id="parse", source=sid).expand(manifest=fetched.output)
         chunked = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
         upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=chunked.output)

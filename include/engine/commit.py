@@ -199,7 +199,10 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     staged = sum(e.get("byte_size") or 0 for m in manifests for e in m["items"] + m["unchanged"])
     counts["bytes_fetched"] = int(plan["stats"].get("bytes", staged))
     result = {k: int(v) for k, v in counts.items()}
-    for key in ("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"):
+    for key in (
+        *("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"),
+        *("chunks_written", "chunks_unchanged", "chunks_deleted"),
+    ):
         result.setdefault(key, 0)
     result["missing_not_deleted"] = len(plan["missing"])
     result["listing_complete"] = bool(plan["complete"])

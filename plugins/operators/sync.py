@@ -5,7 +5,7 @@ Each operator is thin: it resolves the source config and the run, then calls one
 staging area), so they can be dropped into any DAG::
 
     discover = DiscoverOperator(task_id="discover", source="web:demo")
-    fetched = FetchOperator.partial(task_id="fetch", source="web:demo").expand(batch=discover.output["batches"])
+    fetched = FetchOperator.partial(task_id="fetch", source="web:demo").expand(batch=discover.output)
     parsed = ParseOperator.partial(task_id="parse", source="web:demo").expand(manifest=fetched.output)
     chunked = ChunkOperator.partial(task_id="chunk", source="web:demo").expand(manifest=parsed.output)
     upserted = UpsertOperator.partial(task_id="upsert", source="web:demo").expand(manifest=chunked.output)
@@ -76,11 +76,11 @@ class _SourceOperator(BaseOperator):
 class DiscoverOperator(_SourceOperator):
     """Ask the connector what changed; plan fetch batches and deletions (mass-delete guarded).
 
-    Returns ``{"run_id", "plan", "batches"}`` and pushes ``batches`` under its own XCom key so
-    that ``discover.output["batches"]`` can be expanded over.
+    Returns the list of batch manifest paths (what ``fetch`` is mapped over); the plan itself
+    is in the run's staging area (``discover.json``) and its path under the XCom key ``plan``.
     """
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> list[str]:
         from include.engine import discover_stage, start_run
         from include.stores import open_state_store
 
@@ -91,8 +91,8 @@ class DiscoverOperator(_SourceOperator):
             result = discover_stage(ctx, store)
         finally:
             store.close()
-        context["ti"].xcom_push(key="batches", value=result["batches"])
-        return result
+        context["ti"].xcom_push(key="plan", value=result["plan"])
+        return result["batches"]
 
 
 class FetchOperator(_SourceOperator):

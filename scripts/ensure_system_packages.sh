@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Debian packages the tests use: nginx (real ETag/304 server), LibreOffice (office fixtures,
+# legacy .doc/.xls conversion), Chromium (UI screenshots). Installs only what is missing.
+set -euo pipefail
+need=()
+command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
+command -v soffice >/dev/null 2>&1 || need+=(libreoffice-writer libreoffice-calc libreoffice-impress)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ -d /usr/share/doc/python3/html ] || [ -d /usr/share/doc/python3-doc ] || need+=(python3-doc)
+if [ ${#need[@]} -eq 0 ]; then echo "system packages: all present"; exit 0; fi
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  echo "system packages missing (${need[*]}); install them with apt-get as root — dependent tests will be skipped" >&2
+  exit 0
+fi
+echo "installing: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
