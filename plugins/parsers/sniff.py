@@ -68,11 +68,14 @@ def sniff_binary(data: bytes, file_name: str = "") -> str | None:
             return PPT
         return OLE_OTHER
     if data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
-        return _sniff_zip(data)
+        return _sniff_zip(data, file_name)
     return None
 
 
-def _sniff_zip(data: bytes) -> str:
+_OOXML_EXT = {"docx": DOCX, "docm": DOCX, "dotx": DOCX, "xlsx": XLSX, "xlsm": XLSX, "pptx": PPTX, "ppsx": PPTX}
+
+
+def _sniff_zip(data: bytes, file_name: str) -> str:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             names = set(zf.namelist())
@@ -90,6 +93,10 @@ def _sniff_zip(data: bytes) -> str:
         for part, media in _MAIN_PARTS:
             if part.encode() in data:
                 return media
+        # too damaged to tell: believe the name, and the parser reports the damage
+        ext = file_name.rsplit(".", 1)[-1].lower() if "." in file_name else ""
+        if ext in _OOXML_EXT:
+            return _OOXML_EXT[ext]
     return "application/zip"
 
 

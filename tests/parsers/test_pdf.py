@@ -81,7 +81,7 @@ def test_hand_built_pdf_furniture_outline_and_paragraphs():
     assert heads == [("Section 1", 1, 1), ("Section 3", 1, 3)]
     first = doc.blocks[1]
     assert first.text == "First line of section 1 body.\nSecond line of the same paragraph."
-    x0, top, x1, bottom = first.positions[0].bbox
+    x0, top, _x1, bottom = first.positions[0].bbox
     assert 70 < x0 < 75 and 118 < top < 124 and 140 < bottom < 146
 
 

@@ -135,7 +135,7 @@ def _empty_styled_rows_xlsx(n_rows: int, content_rows: int) -> bytes:
             remaining = n_rows - content_rows
             while remaining > 0:
                 take = min(remaining, 50_000)
-                fh.write(block if take == 50_000 else block[: take * 42])
+                fh.write(block if take == 50_000 else block[: take * (len(block) // 50_000)])
                 remaining -= take
             fh.write(b"</sheetData></worksheet>")
     return buf.getvalue()
