@@ -1,0 +1,97 @@
+"""FeishuExportFetchOperator on a real batch manifest: the deferred path (execute -> trigger ->
+execute_complete) and the in-task fallback write the same fetched manifest."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from include.engine import RunContext, discover_stage, read_manifest, start_run
+from include.stores import open_state_store
+from plugins.connectors.feishu.hook import FeishuHook
+from plugins.connectors.feishu.operators import FeishuExportFetchOperator
+from tests.simulators.feishu import FeishuSimulator
+from tests.support.airflow import write_sources
+
+
+@pytest.fixture
+def batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch) -> str:
+    folder = sim.add_folder("批次")
+    sim.add("docx", "文档一", folder, "# 一\n第一篇")
+    sim.add("sheet", "表格二", folder, [["列"], ["值"]])
+    sim.add("file", "附件三.txt", folder, "附件内容".encode(), media_type="text/plain")
+    denied = sim.add("docx", "文档四", folder, "x")
+    sim.set_export(denied, 110, pending_polls=1)
+    options = {"folders": [folder], "export_poll_interval": 0.05, "export_poll_max_interval": 0.1}
+    sources = write_sources(
+        tmp_path / "sources.yaml", [{"kind": "feishu", "name": "ops", "schedule": None, "options": options}]
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    from include.engine import get_source
+
+    ctx = RunContext(source=get_source("feishu:ops"), run_id="manual__op_test")
+    store = open_state_store()
+    try:
+        start_run(ctx, store)
+        (path,) = discover_stage(ctx, store)["batches"]
+    finally:
+        store.close()
+    return path
+
+
+CONTEXT = {"run_id": "manual__op_test", "params": {}}
+
+
+def _check(manifest_path: str) -> None:
+    manifest = read_manifest(manifest_path)
+    assert sorted(e["raw"]["file_name"] for e in manifest["items"]) == ["文档一.docx", "表格二.xlsx", "附件三.txt"]
+    [failure] = manifest["failures"]
+    assert failure["reason"] == "export_status_110" and failure["retryable"] is False
+
+
+def test_deferred_path(batch: str, sim: FeishuSimulator) -> None:
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch)
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(CONTEXT)
+    deferred = info.value
+    assert deferred.method_name == "execute_complete"
+    assert sim.counters["export_creations"] == 3 and sim.counters["export_polls"] == 0  # nothing waited in the task
+
+    async def first_event():
+        async for event in deferred.trigger.run():
+            return event.payload
+
+    event = asyncio.run(first_event())
+    _check(op.execute_complete(CONTEXT, event, **(deferred.kwargs or {})))
+
+
+def test_in_task_fallback(batch: str, sim: FeishuSimulator) -> None:
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=False)
+    _check(op.execute(CONTEXT))
+    assert sim.counters["export_polls"] >= 3
+
+
+def test_polling_error_is_recorded_not_raised(batch: str, sim: FeishuSimulator) -> None:
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch)
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(CONTEXT)
+    tickets = info.value.trigger.tickets
+    event = {"status": "error", "error": "TimeoutError: triggerer restarted", "tickets": tickets}
+    manifest = read_manifest(op.execute_complete(CONTEXT, event, **(info.value.kwargs or {})))
+    assert [e["raw"]["file_name"] for e in manifest["items"]] == ["附件三.txt"]
+    assert {f["reason"] for f in manifest["failures"]} == {"export_poll_error"}
+
+
+def test_hook_reads_the_connection_lazily(sim: FeishuSimulator, feishu_conn: str) -> None:
+    folder = sim.add_folder("f")
+    sim.add("docx", "d", folder, "x")
+    hook = FeishuHook()
+    assert sim.counters["token_requests"] == 0
+    try:
+        assert [f["name"] for f in hook.get_conn().list_folder(folder)] == ["d"]
+        assert hook.get_settings().base_url.endswith("/open-apis")
+    finally:
+        hook.close()
