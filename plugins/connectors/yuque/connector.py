@@ -325,7 +325,10 @@ class YuqueConnector(Connector):
         except YuqueError as exc:
             reason = f"http_{exc.status}" if exc.status else type(exc).__name__
             raise FetchError(exc.message, reason=reason, retryable=exc.retryable) from None
-        modified = detail.content_updated_at or detail.updated_at or change.version.modified_time
+        # the listing's time, not the detail's: it is what the next discovery compares against, so a
+        # format difference between the two endpoints can never make a doc look changed forever
+        # (an edit between listing and fetch then only costs one extra fetch next run)
+        modified = change.version.modified_time or detail.content_updated_at or detail.updated_at
         return RawDocument(
             item_key=change.item_key,
             data=rendered.data,
