@@ -48,7 +48,7 @@ from include.index._es_mapping import (
 )
 from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
 
-__all__ = ["ElasticsearchIndex", "client_from_options"]
+__all__ = ["ElasticsearchIndex", "client_from_options", "request_retrying"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ def _retryable(exc: BaseException) -> bool:
         err = body.get("error")
         return isinstance(err, dict) and err.get("type") in RETRYABLE_ERROR_TYPES
     return False
+
+
+def request_retrying(*, max_attempts: int, initial_backoff: float, max_backoff: float) -> tenacity.Retrying:
+    """Retry policy for one request: connection failures, 429 and 5xx, exponential backoff."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_retryable),
+        wait=tenacity.wait_exponential_jitter(initial=initial_backoff, max=max_backoff),
+        stop=tenacity.stop_after_attempt(max_attempts),
+        before_sleep=lambda rs: log.warning(
+            "elasticsearch request failed (attempt %d), retrying: %s",
+            rs.attempt_number,
+            rs.outcome.exception() if rs.outcome else "?",
+        ),
+        reraise=True,
+    )
 
 
 def client_from_options(options: Mapping[str, Any]) -> Elasticsearch:
@@ -127,18 +142,10 @@ class ElasticsearchIndex(IndexBackend):
         self.max_backoff = max_backoff
         self._client = client
         self._owns_client = owns_client
-        # Retries are ours (tenacity, below); the transport's own would multiply them.
+        # Retries are ours (tenacity); the transport's own would multiply them.
         self._es = client.options(max_retries=0, retry_on_timeout=False, request_timeout=request_timeout)
-        self._retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(_retryable),
-            wait=tenacity.wait_exponential_jitter(initial=initial_backoff, max=max_backoff),
-            stop=tenacity.stop_after_attempt(max_attempts),
-            before_sleep=lambda rs: log.warning(
-                "elasticsearch request failed (attempt %d), retrying: %s",
-                rs.attempt_number,
-                rs.outcome.exception() if rs.outcome else "?",
-            ),
-            reraise=True,
+        self._retrying = request_retrying(
+            max_attempts=max_attempts, initial_backoff=initial_backoff, max_backoff=max_backoff
         )
         self.ensure_index()
 
