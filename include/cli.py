@@ -6,7 +6,8 @@ search QUERY [--source S]     BM25 search of the index, with each hit's lineage
 runs [--source S]             recent runs with their counts
 run RUN_ID [--action A]       one run: counts and per-item lineage
 item SOURCE KEY               an item's stored state and its history across runs
-chunk CHUNK_ID                a chunk and the run / source version it came from
+chunk CHUNK_ID                a chunk and the run / source version / stages it came from
+diff RUN_A RUN_B              what differs between two runs, item by item
 """
 
 from __future__ import annotations
@@ -74,94 +75,125 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0 if hits else 1
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
+def _store():
     from include.stores import open_state_store
 
-    store = open_state_store()
+    return open_state_store()
+
+
+def _counts_text(counts: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in counts.items() if k in ("new", "changed", "unchanged", "deleted", "failed"))
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from include.lineage import list_runs
+
+    store = _store()
     try:
-        runs = store.runs(args.source, limit=args.limit)
+        runs = list_runs(store, args.source, limit=args.limit)
     finally:
         store.close()
-    lines = [
-        f"{r['run_id']:45} {r['source']:20} {r['status']:8} "
-        + " ".join(
-            f"{k}={v}"
-            for k, v in (r["counts"] or {}).items()
-            if k in ("new", "changed", "unchanged", "deleted", "failed")
-        )
-        for r in runs
-    ]
+    lines = [f"{r['run_id']:45} {r['source']:20} {r['status']:8} {_counts_text(r['counts'])}" for r in runs]
     _emit(runs, args.json, "\n".join(lines) or "no runs")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from include.stores import open_state_store
+    from include.lineage import run_report
 
-    store = open_state_store()
+    store = _store()
     try:
-        run = store.get_run(args.run_id)
-        if run is None:
-            print(f"no run {args.run_id}", file=sys.stderr)
-            return 1
-        items = store.run_items(args.run_id, args.action)
+        report = run_report(store, args.run_id, args.action)
     finally:
         store.close()
-    text = [f"run {run['run_id']} of {run['source']}: {run['status']}", json.dumps(run["counts"], indent=2)]
+    if report is None:
+        print(f"no run {args.run_id}", file=sys.stderr)
+        return 1
+    run = report["run"]
+    text = [
+        f"run {run['run_id']} of {run['source']}: {run['status']} "
+        f"(index {run['index_backend']}/{run['index_name']}, {run['run_type'] or '?'})",
+        json.dumps(run["counts"], indent=2),
+        "actions: " + " ".join(f"{a}={n}" for a, n in report["actions"].items() if n),
+    ]
     if run.get("error"):
         text.append(f"error: {run['error']}")
-    text += [
-        f"  {i['action']:9} {i['item_key']}  {i['reason'] or ''}{'  ERROR ' + i['error'] if i['error'] else ''}"
-        for i in items
-    ]
-    _emit({"run": run, "items": items}, args.json, "\n".join(text))
+    for i in report["items"]:
+        version = (i["version_after"] or i["version_before"] or {}).get("modified_time") or ""
+        extra = f"  ERROR {i['error']}" if i["error"] else ""
+        text.append(f"  {i['action']:9} {i['item_key']}  {version}  {i['reason'] or ''}{extra}")
+    _emit(report, args.json, "\n".join(text))
     return 0
 
 
 def cmd_item(args: argparse.Namespace) -> int:
-    from include.stores import open_state_store
+    from include.lineage import item_history
 
-    store = open_state_store()
+    store = _store()
     try:
-        state = store.get_item(args.source, args.key)
-        history = store.item_history(args.source, args.key)
+        found = item_history(store, args.source, args.key)
     finally:
         store.close()
-    if state is None and not history:
+    if found is None:
         print(f"no item {args.key!r} in {args.source}", file=sys.stderr)
         return 1
     text = [f"{args.source} {args.key}"]
+    state = found["state"]
     if state:
-        text.append(f"  version {state.version.to_dict() if state.version else None}, {len(state.chunk_ids)} chunks")
-        text.append(f"  failures {state.failure_count} {state.last_error or ''}")
-    text += [f"  {h['run_id']}: {h['action']} {h['reason'] or ''}" for h in history]
-    _emit({"state": state, "history": history}, args.json, "\n".join(text))
+        text.append(f"  version {state['version']}, {len(state['chunk_ids'])} chunks")
+        text.append(f"  failures {state['failure_count']} {state['last_error'] or ''}")
+    else:
+        text.append("  not in the index")
+    text += [
+        f"  {h['run_id']}: {h['action']} {h['reason'] or ''} -> {h['version_after'] or ''}" for h in found["history"]
+    ]
+    _emit(found, args.json, "\n".join(text))
     return 0
 
 
 def cmd_chunk(args: argparse.Namespace) -> int:
-    index = _index_for(args.source)
+    from include.lineage import chunk_lineage
+
+    store = _store()
     try:
-        chunk = index.get_chunk(args.chunk_id)
+        found = chunk_lineage(store, args.chunk_id, args.source)
     finally:
-        index.close()
-    if chunk is None:
+        store.close()
+    if found is None:
         print(f"no chunk {args.chunk_id}", file=sys.stderr)
         return 1
-    lineage = None
-    if chunk.get("run_id"):
-        from include.stores import open_state_store
-
-        store = open_state_store()
-        try:
-            lineage = next((i for i in store.run_items(chunk["run_id"]) if i["item_key"] == chunk["item_key"]), None)
-        finally:
-            store.close()
+    stages = found["stages"] or {}
     text = (
-        f"{chunk['chunk_id']} of {chunk['source']} {chunk['item_key']}\n"
-        f"  written by run {chunk['run_id']} from version {chunk['doc_version']} (content {chunk['doc_content_hash']})"
+        f"{found['chunk_id']} of {found['source']} {found['item_key']}\n"
+        f"  written by run {found['run'].get('run_id')} ({found['run'].get('status', '?')}) "
+        f"from version {found['doc_version']} (content {found['doc_content_hash']})\n"
+        f"  parser {stages.get('parser')} {stages.get('parser_version')}, chunker {stages.get('chunker')}, "
+        f"stage ms {stages.get('stage_ms')}\n"
+        f"  {'current' if found['current'] else 'superseded'} in {found['index']['backend']}/{found['index']['name']}"
     )
-    _emit({"chunk": chunk, "lineage": lineage}, args.json, text)
+    _emit(found, args.json, text)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from include.lineage import diff_runs
+
+    store = _store()
+    try:
+        diff = diff_runs(store, args.run_a, args.run_b)
+    finally:
+        store.close()
+    if diff is None:
+        print(f"no run {args.run_a} or {args.run_b}", file=sys.stderr)
+        return 1
+    text = [f"{args.run_a} -> {args.run_b}", "counts: " + json.dumps(diff["counts_delta"])]
+    text += [f"  - {i['item_key']} ({i['action']}) only in {args.run_a}" for i in diff["only_in_a"]]
+    text += [f"  + {i['item_key']} ({i['action']}) only in {args.run_b}" for i in diff["only_in_b"]]
+    text += [
+        f"  ~ {c['item_key']}: {c['a']['action']} -> {c['b']['action']} ({', '.join(c['differs'])})"
+        for c in diff["changed"]
+    ]
+    _emit(diff, args.json, "\n".join(text))
     return 0
 
 
@@ -200,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("chunk_id")
     p.add_argument("--source")
     p.set_defaults(fn=cmd_chunk)
+    p = sub.add_parser("diff", parents=[common], help="item-by-item difference of two runs")
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    p.set_defaults(fn=cmd_diff)
     return parser
 
 

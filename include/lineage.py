@@ -1,0 +1,244 @@
+"""Lineage queries over the run log, the item state and the index, as JSON-able dicts.
+
+One function per question the people running Tributary ask; the CLI (``include.cli``) and the
+audit page in the Airflow UI (``include.ui``) both call these, so the two never disagree.
+
+- :func:`list_runs`: recent runs, optionally of one source, with counts.
+- :func:`run_report`: one run, its counts, a tally of item actions and the items (filterable).
+- :func:`item_history`: an item's stored state and every run that touched it.
+- :func:`chunk_lineage`: a chunk id to the run that wrote it, the source version it came from
+  and the stages (parser, chunker, timings) it went through.
+- :func:`diff_runs`: what differs between two runs, item by item.
+
+Every value returned is plain JSON (datetimes as ISO strings), so callers can ``json.dumps`` it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from include.config import IndexConfig, load_sources
+from include.settings import get_settings
+from include.stores import StateStore
+
+__all__ = [
+    "ACTIONS",
+    "chunk_lineage",
+    "diff_runs",
+    "item_history",
+    "jsonable",
+    "list_runs",
+    "run_report",
+]
+
+ACTIONS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
+
+
+def jsonable(value: Any) -> Any:
+    """Datetimes to ISO strings, dataclasses / version objects to dicts, recursively."""
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    if hasattr(value, "__dataclass_fields__"):
+        return {k: jsonable(getattr(value, k)) for k in value.__dataclass_fields__}
+    return value
+
+
+def _run_row(run: Mapping[str, Any]) -> dict[str, Any]:
+    row = jsonable(dict(run))
+    row["counts"] = row.get("counts") or {}
+    row["params"] = row.get("params") or {}
+    started, ended = run.get("started_at"), run.get("ended_at")
+    row["duration_s"] = round((ended - started).total_seconds(), 3) if started and ended else None
+    return row
+
+
+def list_runs(store: StateStore, source: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Most recent first."""
+    return [_run_row(r) for r in store.runs(source, limit=limit)]
+
+
+def _item_row(item: Mapping[str, Any]) -> dict[str, Any]:
+    row = jsonable(dict(item))
+    for key in ("chunks_added", "chunks_kept", "chunks_removed"):
+        row[key] = row.get(key) or []
+    row["stage_ms"] = row.get("stage_ms") or {}
+    return row
+
+
+def run_report(store: StateStore, run_id: str, action: str | None = None) -> dict[str, Any] | None:
+    """A run with its counts, how many items took each action, and its items (optionally one action)."""
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    all_items = store.run_items(run_id)
+    tally = Counter(i["action"] for i in all_items)
+    items = [i for i in all_items if action is None or i["action"] == action]
+    return {
+        "run": _run_row(run),
+        "index": {"backend": run.get("index_backend"), "name": run.get("index_name")},
+        "actions": {a: tally.get(a, 0) for a in ACTIONS},
+        "filter": action,
+        "items": [_item_row(i) for i in items],
+    }
+
+
+def item_history(store: StateStore, source: str, item_key: str) -> dict[str, Any] | None:
+    """The item's current state (None once deleted) and its lineage rows, oldest run first."""
+    state = store.get_item(source, item_key)
+    history = store.item_history(source, item_key)
+    if state is None and not history:
+        return None
+    runs = {h["run_id"]: store.get_run(h["run_id"]) for h in history}
+    rows = []
+    for h in history:
+        row = _item_row(h)
+        run = runs.get(h["run_id"]) or {}
+        row["run_status"] = run.get("status")
+        row["run_type"] = run.get("run_type")
+        row["dag_id"] = run.get("dag_id")
+        row["run_started_at"] = jsonable(run.get("started_at"))
+        rows.append(row)
+    return {"source": source, "item_key": item_key, "state": jsonable(state) if state else None, "history": rows}
+
+
+def _index_configs(source: str | None) -> list[IndexConfig]:
+    """The index a source writes to, or every distinct configured index (default first)."""
+    configs = [s.index for s in load_sources(get_settings().sources_file) if source in (None, s.source_id, s.name)]
+    if source is None:
+        configs.insert(0, IndexConfig())
+    seen, unique = set(), []
+    for c in configs:
+        key = (c.backend, c.name, repr(sorted(c.options.items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    return unique
+
+
+def _find_chunk(chunk_id: str, configs: Iterable[IndexConfig]) -> tuple[dict[str, Any], IndexConfig] | None:
+    from include.index import open_index
+
+    for config in configs:
+        index = open_index(config)
+        try:
+            chunk = index.get_chunk(chunk_id)
+        finally:
+            index.close()
+        if chunk is not None:
+            return chunk, config
+    return None
+
+
+def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -> dict[str, Any] | None:
+    """Trace a chunk (e.g. a search hit) to the run that wrote it and the source version it is from."""
+    found = _find_chunk(chunk_id, _index_configs(source))
+    if found is None:
+        return None
+    chunk, config = found
+    run_id = chunk.get("run_id")
+    run = store.get_run(run_id) if run_id else None
+    written = None
+    if run_id:
+        written = next((i for i in store.run_items(run_id) if i["item_key"] == chunk["item_key"]), None)
+    state = store.get_item(chunk["source"], chunk["item_key"])
+    lineage = _item_row(written) if written else None
+    return {
+        "chunk_id": chunk_id,
+        "source": chunk["source"],
+        "item_key": chunk["item_key"],
+        "doc_id": chunk.get("doc_id"),
+        "index": {"backend": config.backend, "name": config.name},
+        "run": _run_row(run) if run else {"run_id": run_id},
+        # the index keeps the strongest evidence as "kind:value"; the run log keeps all of it
+        "doc_version": chunk.get("doc_version"),
+        "source_version": lineage["version_after"] if lineage else None,
+        "doc_content_hash": chunk.get("doc_content_hash"),
+        # still the indexed version? (False when the item changed since and this chunk survived as kept)
+        "current": bool(state and state.content_hash == chunk.get("doc_content_hash")),
+        "stages": (
+            {
+                "parser": lineage["parser"],
+                "parser_version": lineage["parser_version"],
+                "blocks": lineage["blocks"],
+                "chars": lineage["chars"],
+                "chunker": lineage["chunker"],
+                "chunker_options_hash": lineage["chunker_options_hash"],
+                "stage_ms": lineage["stage_ms"],
+                "byte_size": lineage["byte_size"],
+            }
+            if lineage
+            else None
+        ),
+        "lineage": lineage,
+        "chunk": jsonable({k: v for k, v in chunk.items() if k not in ("text",)}) | {"text": chunk.get("text")},
+    }
+
+
+def _version_key(version: Mapping[str, Any] | None) -> Any:
+    return tuple(sorted((version or {}).items()))
+
+
+def diff_runs(store: StateStore, run_a: str, run_b: str) -> dict[str, Any] | None:
+    """Item-by-item difference between two runs (usually of one source, older first).
+
+    ``changed`` lists items present in both runs whose action, resulting version or content
+    hash differ; ``only_in_a`` / ``only_in_b`` items one run touched and the other did not.
+    """
+    a, b = store.get_run(run_a), store.get_run(run_b)
+    if a is None or b is None:
+        return None
+    items_a = {i["item_key"]: i for i in store.run_items(run_a)}
+    items_b = {i["item_key"]: i for i in store.run_items(run_b)}
+    changed = []
+    for key in sorted(items_a.keys() & items_b.keys()):
+        ia, ib = items_a[key], items_b[key]
+        fields = [
+            f
+            for f, same in (
+                ("action", ia["action"] == ib["action"]),
+                ("version", _version_key(ia["version_after"]) == _version_key(ib["version_after"])),
+                ("content_hash", ia["content_hash"] == ib["content_hash"]),
+            )
+            if not same
+        ]
+        if fields:
+            changed.append(
+                {
+                    "item_key": key,
+                    "differs": fields,
+                    "a": {"action": ia["action"], "version": jsonable(ia["version_after"]), "hash": ia["content_hash"]},
+                    "b": {"action": ib["action"], "version": jsonable(ib["version_after"]), "hash": ib["content_hash"]},
+                }
+            )
+
+    def _brief(items: dict[str, Any], keys: Iterable[str]) -> list[dict[str, Any]]:
+        return [{"item_key": k, "action": items[k]["action"], "reason": items[k]["reason"]} for k in sorted(keys)]
+
+    counts_a, counts_b = a.get("counts") or {}, b.get("counts") or {}
+    numeric = {
+        k
+        for k in counts_a.keys() | counts_b.keys()
+        if isinstance(counts_a.get(k, 0), int | float) and isinstance(counts_b.get(k, 0), int | float)
+    }
+    return {
+        "a": _run_row(a),
+        "b": _run_row(b),
+        "same_source": a["source"] == b["source"],
+        "counts_delta": {
+            k: counts_b.get(k, 0) - counts_a.get(k, 0)
+            for k in sorted(numeric)
+            if not isinstance(counts_a.get(k, 0), bool) and counts_b.get(k, 0) != counts_a.get(k, 0)
+        },
+        "only_in_a": _brief(items_a, items_a.keys() - items_b.keys()),
+        "only_in_b": _brief(items_b, items_b.keys() - items_a.keys()),
+        "changed": changed,
+    }
