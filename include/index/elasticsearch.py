@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+import elasticsearch
 import tenacity
 from elasticsearch import ApiError, BadRequestError, ConnectionError, ConnectionTimeout, Elasticsearch, NotFoundError
 
@@ -179,8 +180,32 @@ class ElasticsearchIndex(IndexBackend):
             **index_template(self.alias, shards=self.shards, replicas=self.replicas),
         )
 
+    def check_server(self) -> str:
+        """The server's version; refuses a server whose major version is not the client's.
+
+        The 9.x client negotiates ``compatible-with=9``: an 8.x server answers every request
+        with a 400 ``media_type_header_exception``; say what is wrong instead.
+        """
+        client_major = elasticsearch.__versionstr__.split(".")[0]
+        try:
+            number = str(self._call(self._es.info).body["version"]["number"])
+        except BadRequestError as exc:
+            if exc.message == "media_type_header_exception":
+                raise RuntimeError(
+                    f"the Elasticsearch server is not version {client_major}.x (it refused the "
+                    f"{client_major}.x client's compatibility header); run Elasticsearch {client_major}"
+                ) from exc
+            raise
+        if number.split(".")[0] != client_major:
+            raise RuntimeError(
+                f"Elasticsearch server {number} does not match the client's major version "
+                f"{elasticsearch.__versionstr__}; run Elasticsearch {client_major}.x"
+            )
+        return number
+
     def ensure_index(self) -> None:
-        """Create the template and the first generation behind the alias, if missing."""
+        """Check the server, create the template and the first generation behind the alias."""
+        self.check_server()
         self._put_template()
         if self._call(self._es.indices.exists_alias, name=self.alias):
             # Additive mapping changes (new fields) reach the live index too.

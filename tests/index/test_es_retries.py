@@ -105,3 +105,30 @@ def test_an_unreachable_server_is_retried_then_reported() -> None:
         policy(es.info)
     assert attempts == [1, 2]
     es.close()
+
+
+def _info_app(status: int, body: dict[str, Any]) -> Starlette:
+    async def info(request: Request) -> JSONResponse:
+        return JSONResponse(body, status_code=status, headers=_PRODUCT)
+
+    return Starlette(routes=[Route("/", info)])
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (200, {**_INFO, "version": {"number": "10.0.0"}}, "server 10.0.0 does not match"),
+        (
+            400,
+            {"error": {"type": "media_type_header_exception", "reason": "Invalid media-type value"}, "status": 400},
+            "not version 9.x",
+        ),
+    ],
+)
+def test_a_server_of_another_major_version_is_refused_with_a_clear_message(
+    status: int, body: dict[str, Any], message: str
+) -> None:
+    from include.index.elasticsearch import ElasticsearchIndex
+
+    with serve_asgi(_info_app(status, body)) as url, pytest.raises(RuntimeError, match=message):
+        ElasticsearchIndex(Elasticsearch(url), "tributary", max_attempts=1)
