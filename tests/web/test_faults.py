@@ -280,3 +280,49 @@ def test_login_headers_and_cookies_from_airflow_connection(
     assert run.keys(ChangeKind.NEW) == {f"{base}/login-only.html"}
     assert site.hits[-1].headers["x-token"] == "s3cret-token"
     assert "Tributary" in site.hits[-1].headers["user-agent"]
+
+
+def test_server_error_on_a_hub_page_uses_cached_links(tributary_home: Path, tmp_path: Path) -> None:
+    """A 5xx page keeps its document and, through the link cache, the pages behind it."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse, PlainTextResponse
+
+    state = {"hub_broken": False}
+    app = FastAPI()
+
+    @app.get("/")
+    async def home() -> HTMLResponse:
+        return HTMLResponse('<html><body><a href="/hub.html">hub</a></body></html>')
+
+    @app.get("/hub.html")
+    async def hub():  # type: ignore[no-untyped-def]
+        if state["hub_broken"]:
+            return PlainTextResponse("down", status_code=502)
+        return HTMLResponse('<html><body><a href="/leaf.html">leaf</a></body></html>')
+
+    @app.get("/leaf.html")
+    async def leaf() -> HTMLResponse:
+        return HTMLResponse("<html><body><p>Leaf</p></body></html>")
+
+    with serve_asgi(app) as base:
+        connector = make_connector(seeds=[base + "/"], use_sitemaps=False)
+        first = Run(connector, tmp_path / "a")
+        assert first.discovery.all_keys == {f"{base}/", f"{base}/hub.html", f"{base}/leaf.html"}
+        state["hub_broken"] = True
+        second = Run(connector, tmp_path / "b", first.known())
+    assert second.discovery.stats["errors"] == {"http_502": 1}
+    assert second.discovery.all_keys == first.discovery.all_keys  # nothing looks missing
+    assert second.discovery.complete is True  # the hub's links came from the cache
+    assert not second.keys(ChangeKind.DELETED)
+
+
+def test_progress_is_logged(fault_site, tributary_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _, base = fault_site
+    caplog.set_level("INFO", logger="tributary.web")
+    Run(
+        make_connector(seeds=[f"{base}/calendar?month=0"], max_depth=2, log_every=2, use_sitemaps=False), tmp_path / "s"
+    )
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("crawl progress")]
+    final = [r.getMessage() for r in caplog.records if r.getMessage().startswith("crawl finished")]
+    assert len(progress) == 2  # 5 pages, a line every 2
+    assert len(final) == 1 and "fetched=5" in final[0] and "skipped={'skipped_depth': 2}" in final[0]

@@ -170,7 +170,9 @@ class Crawler:
         return self.o.delay_seconds
 
     async def _load_robots(self, url: str) -> tuple[int, bytes, str | None]:
-        result = await self.fetcher.fetch(url, hop_allowed=self._hop_refusal)
+        # RFC 9309 lets robots.txt redirect anywhere (up to five hops); the address guard
+        # still checks every hop.
+        result = await self.fetcher.fetch(url, hop_allowed=lambda hop: None)
         self._account(result)
         if result.error:
             self.errors[f"robots_{result.error}" if result.error.startswith("http_") else result.error] += 1
