@@ -20,7 +20,7 @@ from airflow.sdk import DAG, Asset, Param
 from include.config import SourceConfig, load_sources
 from include.settings import get_settings
 
-__all__ = ["build_dag", "build_dags", "index_asset"]
+__all__ = ["build_dag", "build_dags", "index_asset", "schedule_for"]
 
 # Connectors whose fetch stage waits in the triggerer instead of a worker slot. Kept here as
 # names (not imports) so that parsing DAG files never imports connector libraries.
@@ -45,29 +45,38 @@ _PARAMS = {
         None,
         type=["null", "integer"],
         minimum=1,
+        maximum=1_000_000,
         title="Max items",
-        description="Fetch at most this many new or changed items in this run.",
+        description="Fetch at most this many new or changed items in this run (empty: no limit).",
     ),
     "window_start": Param(
         None,
         type=["null", "string"],
         format="date-time",
         title="Window start",
-        description="Only items modified at or after this time (ISO 8601). Backfills use the data interval.",
+        description=(
+            "Only items modified at or after this time (ISO 8601, e.g. 2026-11-01T00:00:00+00:00). "
+            "Empty: no lower bound. Backfill runs use their data interval instead."
+        ),
     ),
     "window_end": Param(
         None,
         type=["null", "string"],
         format="date-time",
         title="Window end",
-        description="Only items modified before this time (ISO 8601).",
+        description="Only items modified before this time (ISO 8601). Empty: no upper bound.",
     ),
     "only_keys": Param(
         [],
         type="array",
-        items={"type": "string"},
+        items={"type": "string", "minLength": 1, "maxLength": 2048},
+        uniqueItems=True,
+        maxItems=10_000,
         title="Only these items",
-        description="Re-sync exactly these item keys (URLs, file tokens, doc ids); empty means all.",
+        description=(
+            "Re-sync exactly these items: page URLs (web), file paths (files), doc tokens (Feishu), "
+            "namespace/slug or doc ids (Yuque). One per line; empty means every item."
+        ),
     ),
     "allow_mass_delete": Param(
         False,
@@ -111,18 +120,75 @@ def _fetch_operator(source: SourceConfig) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _on_failure(context: Any) -> None:
-    """Mark the run failed in the run log (the summary task never ran)."""
+def schedule_for(source: SourceConfig) -> Any:
+    """Cron schedules become data-interval timetables, so that every run (and every backfill run)
+    covers a real interval ``[start, end)``: a backfill over a date range then re-syncs what was
+    modified inside each interval. Presets like ``@once``/``@continuous`` and ``None`` pass through.
+    """
+    schedule = source.schedule
+    if not schedule or schedule in ("@once", "@continuous"):
+        return schedule
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    return CronDataIntervalTimetable(schedule, timezone="UTC")
+
+
+def _stage_name(ti: Any) -> str:
+    task_id = getattr(ti, "task_id", None) or "?"
+    map_index = getattr(ti, "map_index", -1)
+    return f"{task_id}[{map_index}]" if isinstance(map_index, int) and map_index >= 0 else task_id
+
+
+def _on_task_failure(context: Any) -> None:
+    """Record a failed task's error in the run log (the DAG-level callback has no exception)."""
     from include.stores import open_state_store
 
     store = open_state_store()
     try:
-        ti = context.get("ti") or context.get("task_instance")
-        reason = f"task {getattr(ti, 'task_id', '?')} failed: {context.get('exception')}"
-        if store.get_run(context["run_id"]) is not None:
-            store.finish_run(context["run_id"], "failed", {}, error=reason[:2000])
+        run = store.get_run(context["run_id"])
+        if run is None:  # failed before discover opened the run: the DAG callback opens nothing
+            return
+        line = (
+            f"{_stage_name(context.get('ti'))}: {type(context.get('exception')).__name__}: {context.get('exception')}"
+        )
+        previous = [e for e in (run.get("error") or "").split("\n") if e]
+        if line not in previous:
+            previous.append(line[:2000])
+        store.finish_run(context["run_id"], "failed", run.get("counts") or {}, error="\n".join(previous)[-8000:])
     finally:
         store.close()
+
+
+def _on_failure(context: Any) -> None:
+    """DAG run failed: mark it failed in the run log and post one summary to the alert webhook."""
+    from include.alerts import build_failure_summary, post_failure_summary
+    from include.stores import open_state_store
+
+    dag = context.get("dag")
+    dag_id = getattr(dag, "dag_id", None) or "?"
+    run_id = context["run_id"]
+    ti = context.get("ti") or context.get("task_instance")
+    store = open_state_store()
+    try:
+        run = store.get_run(run_id)
+        if run is not None:
+            error = run.get("error") or f"{_stage_name(ti)} failed ({context.get('reason') or 'task_failure'})"
+            store.finish_run(run_id, "failed", run.get("counts") or {}, error=error[:8000])
+            run = store.get_run(run_id)
+        items = store.run_items(run_id)
+    finally:
+        store.close()
+    source = (run or {}).get("source") or dag_id.removeprefix("sync_").replace("_", ":", 1)
+    summary = build_failure_summary(
+        source=source,
+        dag_id=dag_id,
+        run_id=run_id,
+        failed_stage=_stage_name(ti) if ti is not None else None,
+        run=run,
+        items=items,
+        reason=context.get("reason"),
+    )
+    post_failure_summary(summary)
 
 
 def build_dag(source: SourceConfig) -> DAG:
@@ -138,7 +204,7 @@ def build_dag(source: SourceConfig) -> DAG:
     sid = source.source_id
     with DAG(
         dag_id=source.dag_id,
-        schedule=source.schedule,
+        schedule=schedule_for(source),
         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         catchup=False,
         max_active_runs=1,  # two runs of one source must not race on its state
@@ -157,6 +223,7 @@ def build_dag(source: SourceConfig) -> DAG:
             "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),
             "retry_exponential_backoff": True,
             "max_retry_delay": dt.timedelta(minutes=10),
+            "on_failure_callback": _on_task_failure,
         },
         on_failure_callback=_on_failure,
     ) as dag:

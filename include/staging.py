@@ -80,5 +80,12 @@ class StagingArea:
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file()) if self.root.exists() else 0
 
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+    def cleanup(self, keep_raw: bool = False) -> None:
+        """Remove the run's files; with ``keep_raw`` the raw bytes (``raw/``) stay for audit."""
+        if not keep_raw:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        if self.root.exists():
+            for child in self.root.iterdir():
+                if child.name != "raw":
+                    shutil.rmtree(child) if child.is_dir() else child.unlink(missing_ok=True)

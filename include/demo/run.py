@@ -24,10 +24,14 @@ DAG_ID = "sync_web_demo"
 QUESTION = "who approves production access"
 
 
-def _airflow(*args: str, env: dict[str, str]) -> None:
+def _airflow(*args: str, env: dict[str, str], log: Path) -> None:
     cmd = [sys.executable, "-m", "airflow", *args]
-    print(f"$ airflow {' '.join(args)}", flush=True)
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL if args[0] == "db" else None)
+    print(f"$ airflow {' '.join(args)}   (output: {log})", flush=True)
+    with log.open("ab") as out:
+        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+        raise SystemExit(f"airflow {args[0]} failed (exit {done.returncode}); full output in {log}")
 
 
 def main() -> int:
@@ -47,9 +51,11 @@ def main() -> int:
         print(f"cannot serve the demo site on 127.0.0.1:{port} ({exc}); set TRIBUTARY_DEMO_PORT", file=sys.stderr)
         return 2
     print(f"demo site: http://127.0.0.1:{port}/ ({SITE})", flush=True)
+    log = Path(env["AIRFLOW_HOME"]) / "demo-run.log"
+    log.write_bytes(b"")
     try:
-        _airflow("db", "migrate", env=env)
-        _airflow("dags", "test", DAG_ID, env=env)
+        _airflow("db", "migrate", env=env, log=log)
+        _airflow("dags", "test", DAG_ID, env=env, log=log)
     finally:
         server.shutdown()
 

@@ -250,5 +250,5 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()
     store.finish_run(ctx.run_id, "success", counts)
-    staging.cleanup()
+    staging.cleanup(keep_raw=ctx.source.retain_raw)
     return counts

@@ -96,6 +96,8 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
                 change.kind = ChangeKind.NEW
         entries[key] = {"change": change.to_dict(), "prior": _prior(st), "forced": key in forced}
 
+    # Records a connector had to skip (malformed, unsupported) go to lineage with their reason.
+    skipped.extend(s for s in found.stats.get("skipped", []) if isinstance(s, dict) and "item_key" in s)
     deletions, missing = _plan_deletions(ctx, states, found, explicit_deletes, set(entries))
     indexed = sum(1 for st in states.values() if st.indexed)
     if deletions and indexed and len(deletions) > source.mass_delete_threshold * indexed:

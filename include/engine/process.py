@@ -150,6 +150,14 @@ def _doc_version(version: dict[str, Any]) -> str | None:
     return None
 
 
+_INDEXED_METADATA = ("breadcrumbs", "language", "description", "author", "modified_time", "repo", "folder")
+
+
+def _doc_metadata(raw_metadata: dict[str, Any]) -> dict[str, Any]:
+    """The few source metadata fields worth storing beside every chunk (small, searchable context)."""
+    return {k: raw_metadata[k] for k in _INDEXED_METADATA if raw_metadata.get(k) not in (None, "", [])}
+
+
 def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callable[[], IndexBackend]) -> str:
     manifest = read_manifest(chunked_path)
     out = _carry(manifest)
@@ -168,6 +176,7 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
             doc_version=_doc_version(version),
             content_hash=entry["content_hash"],
             run_id=manifest["run_id"],
+            metadata=_doc_metadata(entry["raw"].get("metadata") or {}),
         )
         writes.append(DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks})))
     items = []

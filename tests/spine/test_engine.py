@@ -155,3 +155,12 @@ def test_state_on_postgres(tributary_home: Path, folder: Path, postgres_url: str
     assert _counts(src)["new"] == 6
     assert _counts(src)["unchanged"] == 6
     assert len(open_state_store().items("files:t")) == 6
+
+
+def test_retain_raw_keeps_staged_bytes_for_audit(tributary_home: Path, folder: Path) -> None:
+    src = _source(folder, retain_raw=True)
+    summary = run_pipeline(src)
+    store = open_state_store()
+    staged = [i["staged_path"] for i in store.run_items(summary.run_id) if i["action"] == "new"]
+    assert len(staged) == 6 and all(Path(p).is_file() for p in staged)
+    assert not list(Path(staged[0]).parent.parent.glob("*.json"))  # manifests are cleaned
