@@ -28,7 +28,7 @@ from include.index._es_bulk import (
     run_bulk,
     source_to_record,
 )
-from include.index.elasticsearch import _retryable
+from include.index._es_client import _retryable
 from tests.index.helpers import make_write
 
 NOW = "2026-11-30T04:00:00.000+00:00"
