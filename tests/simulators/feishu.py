@@ -12,7 +12,8 @@ Implements the calls a drive sync makes, with the documented shapes and codes:
 - ``POST/GET /open-apis/drive/v1/export_tasks[/:ticket]`` — tasks stay pending (``job_status``
   1 then 2) for a configurable number of polls, then end with a configurable status (0, 3, 107,
   108, 109, 110, 111, 122, 123, 6000); the exported file (a real .docx/.xlsx) expires
-  ``export_file_ttl`` seconds after the task ends.
+  ``export_file_ttl`` seconds after the task ends; ``export_render_seconds`` adds a wall-clock
+  render time (benchmarks).
 - ``GET /open-apis/drive/v1/export_tasks/file/:file_token/download`` and
   ``GET /open-apis/drive/v1/files/:file_token/download`` with either Content-Disposition style.
 - ``GET /open-apis/wiki/v2/spaces/:space_id/nodes``.
@@ -80,6 +81,7 @@ class SimItem:
     shared: bool = True
     export_status: int = 0
     export_pending_polls: int | None = None
+    export_render_seconds: float | None = None  # wall time the export takes (on top of polls)
     disposition: str = "rfc5987"  # or "raw": raw UTF-8 bytes in filename=
     wiki_space: str | None = None
     wiki_parent: str | None = None
@@ -95,6 +97,7 @@ class _Task:
     ext: str
     pending_polls: int
     status: int
+    ready_at: float = 0.0
     polls: int = 0
     file_token: str | None = None
     finished_at: float | None = None
@@ -117,6 +120,7 @@ class FeishuSimulator:
     app_secret: str = "sim-secret-value"
     token_lifetime: int = 7200
     export_pending_polls: int = 2
+    export_render_seconds: float = 0.0
     export_file_ttl: float = 600.0
     enforce_limits: dict[str, tuple[int, float]] = field(default_factory=dict)
     items: dict[str, SimItem] = field(default_factory=dict)
@@ -175,10 +179,14 @@ class FeishuSimulator:
         with self._lock:
             self.items[token].list_error = (status, code)
 
-    def set_export(self, token: str, status: int, pending_polls: int | None = None) -> None:
+    def set_export(
+        self, token: str, status: int, pending_polls: int | None = None, render_seconds: float | None = None
+    ) -> None:
+        """How this item's exports end (``job_status``) and how long they stay pending."""
         with self._lock:
             self.items[token].export_status = status
             self.items[token].export_pending_polls = pending_polls
+            self.items[token].export_render_seconds = render_seconds
 
     def expire_tokens(self) -> None:
         """Invalidate every issued tenant token (the next business calls answer 99991663)."""
@@ -430,7 +438,9 @@ class FeishuSimulator:
                 pending = (
                     item.export_pending_polls if item.export_pending_polls is not None else sim.export_pending_polls
                 )
-                sim._tasks[ticket] = _Task(ticket, token, kind, ext, pending, item.export_status)
+                render = item.export_render_seconds
+                render = sim.export_render_seconds if render is None else render
+                sim._tasks[ticket] = _Task(ticket, token, kind, ext, pending, item.export_status, sim.now() + render)
                 sim.counters["export_creations"] += 1
                 sim.export_creations_by_token[token] += 1
             return sim._ok({"ticket": ticket})
@@ -455,7 +465,7 @@ class FeishuSimulator:
                     "file_token": "",
                     "file_size": 0,
                 }
-                if task.polls <= task.pending_polls:
+                if task.polls <= task.pending_polls or sim.now() < task.ready_at:
                     result.update(job_status=1 if task.polls == 1 else 2, job_error_msg="")
                     return sim._ok({"result": result})
                 item = sim.items[task.token]

@@ -9,7 +9,7 @@ Options (``SourceConfig.options``)::
     max_file_bytes: 104857600      # downloads beyond this are refused (streamed, never buffered whole)
     export_deadline_seconds: 900   # overall wait for one batch's exports
     export_poll_interval: 1.0      # first poll delay, doubling per ticket up to the max
-    export_poll_max_interval: 15.0
+    export_poll_max_interval: 8.0
     deferrable: true               # wait for exports in the triggerer
     client: {timeout: 30, max_attempts: 5, rate_limit_max_wait: 300, token_margin: 300}
     rate_limits: {file_download: [[5, 1], [10000, 86400]]}   # per-API budget overrides
@@ -274,7 +274,7 @@ class FeishuConnector(Connector):
         return {
             "deadline": time.time() + float(self.options.get("export_deadline_seconds", 900)),
             "interval": float(self.options.get("export_poll_interval", 1.0)),
-            "max_interval": float(self.options.get("export_poll_max_interval", 15.0)),
+            "max_interval": float(self.options.get("export_poll_max_interval", 8.0)),
         }
 
     def finish_batch(
