@@ -112,3 +112,26 @@ def test_rate_limit_waits_reset_and_succeeds(sim: FeishuSimulator, client: Feish
     sim.burst(4, api="list", reset=0)  # more 429s than max_attempts: limits are bounded by time
     assert len(list(client.list_folder(folder))) == 1
     assert sim.counters["rate_limited"] == 4 and sim.counters["list_requests"] == 5
+
+
+def test_settings_from_connection_feishu_and_lark_hosts() -> None:
+    from airflow.sdk import Connection
+
+    from plugins.connectors.feishu.hook import settings_from_conn
+
+    lark = Connection(
+        conn_id="lark", conn_type="http", login="cli_x", password="pw-secret", host="https://open.larksuite.com"
+    )
+    assert settings_from_conn(lark).base_url == "https://open.larksuite.com/open-apis"
+    bare = Connection(conn_id="f", conn_type="http", login="cli_x", password="pw-secret")
+    assert settings_from_conn(bare).base_url == "https://open.feishu.cn/open-apis"
+    extra = Connection(
+        conn_id="e",
+        conn_type="http",
+        login="cli_x",
+        password="pw-secret",
+        extra='{"base_url": "http://127.0.0.1:9/open-apis"}',
+    )
+    assert settings_from_conn(extra).base_url == "http://127.0.0.1:9/open-apis"
+    with pytest.raises(ValueError):
+        settings_from_conn(Connection(conn_id="n", conn_type="http", host="https://open.feishu.cn"))

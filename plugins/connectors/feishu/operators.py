@@ -56,7 +56,6 @@ class FeishuExportFetchOperator(BaseOperator):
                     trigger=FeishuExportTrigger(
                         conn_id=connector.conn_id,
                         tickets=[t.to_dict() for t in tickets],
-                        redis_url=connector.redis_url,
                         client_overrides=connector.client_overrides(),
                         **connector.poll_kwargs(),
                     ),

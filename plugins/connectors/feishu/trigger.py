@@ -58,7 +58,12 @@ class FeishuExportTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         tickets = [ExportTicket.from_dict(t) for t in self.tickets]
         try:
-            settings = await asettings_from_connection(self.conn_id, redis_url=self.redis_url, **self.client_overrides)
+            redis_url = self.redis_url
+            if redis_url is None:  # the triggerer's own settings: no Redis URL in stored kwargs
+                from include.settings import get_settings
+
+                redis_url = get_settings().redis_url
+            settings = await asettings_from_connection(self.conn_id, redis_url=redis_url, **self.client_overrides)
             poller = AsyncExportPoller(settings)
             try:
                 await poll_tickets(
