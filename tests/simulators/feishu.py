@@ -42,7 +42,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-__all__ = ["FeishuSimulator", "SimItem", "demo_drive"]
+__all__ = ["DEMO_ROOT", "FeishuSimulator", "SimItem", "demo_drive"]
 
 ONLINE_TYPES = ("doc", "docx", "sheet", "bitable")
 _ALLOWED_EXT = {"doc": {"docx", "pdf"}, "docx": {"docx", "pdf"}, "sheet": {"xlsx", "csv"}, "bitable": {"xlsx", "csv"}}
@@ -571,10 +571,16 @@ class FeishuSimulator:
         return app
 
 
-def demo_drive(sim: FeishuSimulator) -> dict[str, str]:
-    """Seed a small drive: nested folders, every type, Chinese names. Returns name -> token."""
+DEMO_ROOT = "fldcnTributaryDemoRoot00001"
+
+
+def demo_drive(sim: FeishuSimulator, root_token: str | None = None) -> dict[str, str]:
+    """Seed a small drive: nested folders, every type, Chinese names. Returns name -> token.
+
+    ``root_token`` fixes the root folder's token (the demo's sources.yaml names it).
+    """
     t: dict[str, str] = {}
-    t["root"] = sim.add_folder("知识库")
+    t["root"] = sim.add_folder("知识库", token=root_token)
     t["sub"] = sim.add_folder("产品文档", t["root"])
     t["deep"] = sim.add_folder("季度计划", t["sub"])
     t["docx"] = sim.add("docx", "产品介绍", t["root"], "# 产品介绍\n飞书文档同步到检索索引。\n支持增量更新与删除检测。")
@@ -605,9 +611,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--app-id", default="cli_sim_app")
     parser.add_argument("--app-secret", default="sim-secret-value")
     parser.add_argument("--pending-polls", type=int, default=2)
+    parser.add_argument("--root-token", default=DEMO_ROOT, help="token of the demo drive's root folder")
     args = parser.parse_args(argv)
     sim = FeishuSimulator(app_id=args.app_id, app_secret=args.app_secret, export_pending_polls=args.pending_polls)
-    tokens = demo_drive(sim)
+    tokens = demo_drive(sim, root_token=args.root_token)
     print(f"Feishu simulator on http://127.0.0.1:{args.port}; root folder token {tokens['root']}", flush=True)
     uvicorn.run(sim.app, host="127.0.0.1", port=args.port, log_level="warning")
 
