@@ -247,6 +247,11 @@ def test_documents_other_than_html(tributary_home: Path, tmp_path: Path) -> None
         assert pdf.media_type == "application/pdf"
         docx = connector.fetch(next(c for c in run.changes if c.item_key.endswith(".docx")))
         assert docx.file_name == "notes.docx" and docx.data.startswith(b"PK")
+        # Handed to the parser registry, which picks the parser by sniffed type.
+        from plugins.parsers.registry import parse_document
+
+        assert "Tributary DOCX sample" in parse_document(docx).text
+        assert "Tributary PDF sample" in parse_document(pdf).text
         # The binary was refused on its Content-Type (body not read); the image never requested.
         assert run.discovery.stats["skipped_type"] == 2
         assert "/img/logo.png" not in site.paths()

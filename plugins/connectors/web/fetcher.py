@@ -169,6 +169,8 @@ class Fetcher:
         except httpx.TransportError as exc:
             kind = "connect" if isinstance(exc, httpx.ConnectError) else "network"
             result.error, result.message = kind, f"{type(exc).__name__}: {exc}"
+        except httpx.HTTPError as exc:  # undecodable body (bad gzip), invalid URL ...
+            result.error, result.message = "protocol", f"{type(exc).__name__}: {exc}"
         except OSError as exc:  # name resolution
             result.error, result.message = "dns", str(exc)
         return result

@@ -29,6 +29,23 @@ DEFAULT_CONTENT_TYPES = [
 
 
 class WebOptions(BaseModel):
+    """``options`` of a ``kind: web`` source.
+
+    Scope: ``seeds`` (start URLs), ``scope`` (``host``: the seeds' hosts; ``domain``: their
+    registrable domains), ``include`` / ``exclude`` (regexes on canonical URLs),
+    ``max_pages`` (a crawl cut by it is *incomplete* and deletes nothing), ``max_depth``
+    (link hops from a seed or sitemap entry), ``use_sitemaps``, ``respect_robots``.
+    Politeness: ``delay_seconds`` between the end of one request to a host and the start of
+    the next (raised by robots.txt ``Crawl-delay``; shared through Redis when configured),
+    ``concurrency`` (pages in flight, across hosts). Fetching: ``timeout_seconds`` (per
+    network operation), ``total_timeout_seconds`` (per request), ``max_body_bytes``,
+    ``max_redirects``, ``retries`` / ``backoff_seconds``, ``user_agent``, ``headers``
+    (non-secret; secrets belong in the Airflow Connection), ``content_types``.
+    Safety: ``allow_private_networks`` / ``allowlist`` (IPs, CIDRs or host names the SSRF
+    guard lets through), trap guards ``max_url_length`` / ``max_query_params`` /
+    ``max_segment_repeats``. ``log_every``: a progress line every N pages.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     seeds: list[str] = Field(min_length=1)
