@@ -5,7 +5,7 @@ Operators in ``plugins/operators`` call these functions one task each;
 :func:`run_pipeline` runs them all in-process.
 """
 
-from include.engine.commit import commit_stage, finish_stage
+from include.engine.commit import abort_run, commit_stage, finish_stage
 from include.engine.context import MassDeleteError, RunContext, RunParams, get_source
 from include.engine.discover import discover_stage, open_connector
 from include.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
@@ -18,6 +18,7 @@ __all__ = [
     "RunContext",
     "RunParams",
     "RunSummary",
+    "abort_run",
     "chunk_stage",
     "commit_stage",
     "discover_stage",

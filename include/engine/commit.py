@@ -17,7 +17,7 @@ from include.engine.context import RunContext, log
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
 
-__all__ = ["commit_stage", "finish_stage"]
+__all__ = ["abort_run", "commit_stage", "end_rebuild", "finish_stage"]
 
 
 def _version(data: dict[str, Any] | None) -> VersionEvidence | None:
@@ -48,14 +48,13 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
         counts["chunks_deleted"] += removed
         store.delete_items(sid, [d["item_key"] for d in plan["deletions"]])
         for d in plan["deletions"]:
-            before = prior_states.get(d["item_key"])
             lineage.append(
                 RunItem(
                     item_key=d["item_key"],
                     action="deleted",
                     doc_id=d["doc_id"],
                     reason=d["reason"],
-                    version_before=before.version.to_dict() if before and before.version else None,
+                    version_before=d.get("version"),
                     chunks_removed=list(d["chunk_ids"]),
                 )
             )
@@ -70,7 +69,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
         st = prior_states.get(key)
         if st is None:
             continue
-        before = st.version.to_dict() if st.version else None
+        before = (entry.get("prior") or {}).get("version")
         observed = VersionEvidence.from_dict(entry["change"]["version"])
         st.version = VersionEvidence(
             etag=observed.etag or (st.version.etag if st.version else None),
@@ -100,10 +99,12 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     for m in manifests:
         for entry in m["items"]:
             key = entry["change"]["item_key"]
-            before = prior_states.get(key)
+            # "before" is what discovery saw, not the current row: a re-run of this task must
+            # classify and record exactly as the first attempt did.
+            before = entry.get("prior") or {}
             version = VersionEvidence.from_dict(entry["raw"].get("version") or entry["change"]["version"])
             version = version.with_hash(entry["content_hash"])
-            action = "new" if before is None or not before.indexed else "changed"
+            action = "changed" if before.get("version") else "new"
             states.append(
                 ItemState(
                     source=sid,
@@ -125,7 +126,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
                     action=action,
                     doc_id=entry["doc_id"],
                     reason="forced re-processing" if entry.get("forced") else None,
-                    version_before=before.version.to_dict() if before and before.version else None,
+                    version_before=before.get("version"),
                     version_after=version.to_dict(),
                     content_hash=entry["content_hash"],
                     byte_size=entry.get("byte_size"),
@@ -244,8 +245,28 @@ def _dry_run(ctx: RunContext, store: StateStore, plan: dict[str, Any]) -> dict[s
     }
 
 
+def end_rebuild(ctx: RunContext, success: bool) -> None:
+    """Swap in (or drop) the index generation a full resync wrote, where the backend has one."""
+    if not ctx.params.full_resync or ctx.params.dry_run:
+        return
+    from include.index import open_index
+
+    index = open_index(ctx.source.index)
+    try:
+        index.finish_rebuild(success)
+    finally:
+        index.close()
+
+
+def abort_run(ctx: RunContext, store: StateStore, error: str) -> None:
+    """A run failed: record it and drop a half-written rebuild (state was never committed)."""
+    store.finish_run(ctx.run_id, "failed", {}, error=error[:2000])
+    end_rebuild(ctx, success=False)
+
+
 def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> dict[str, Any]:
-    """Close the run in the run log and clean its staging area."""
+    """Swap a rebuilt index in, close the run in the run log and clean its staging area."""
+    end_rebuild(ctx, success=True)
     staging = ctx.staging
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()

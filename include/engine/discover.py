@@ -11,6 +11,7 @@ from typing import Any
 
 from include.contract import ChangeKind, VersionEvidence, document_id
 from include.engine.context import MassDeleteError, RunContext, log
+from include.index import open_index
 from include.settings import get_settings
 from include.stores import ItemState, StateStore
 from plugins.connectors.base import ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
@@ -21,6 +22,10 @@ __all__ = ["discover_stage", "open_connector"]
 def open_connector(ctx: RunContext):  # -> Connector (import cycle-free annotation)
     cls = get_connector_class(ctx.source.kind)
     return cls(ctx.source, ConnectorContext(redis_url=get_settings().redis_url, run_id=ctx.run_id, log=log))
+
+
+def _v(st: ItemState) -> dict[str, Any] | None:
+    return st.version.to_dict() if st.version else None
 
 
 def _prior(st: ItemState | None) -> dict[str, Any] | None:
@@ -144,6 +149,14 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         "processing_hash": processing,
     }
     plan_path = staging.write_json("discover.json", plan)
+    if params.full_resync and not params.dry_run:
+        # Zero-downtime rebuild where the backend has one: this run writes a new generation,
+        # swapped in by finish_stage when the run succeeds (readers keep the old one meanwhile).
+        index = open_index(source.index)
+        try:
+            index.begin_rebuild(source=source.source_id)
+        finally:
+            index.close()
     log.info(
         "%s: discovered %d to fetch, %d unchanged, %d to delete, %d skipped (complete listing: %s)",
         source.source_id,
@@ -169,7 +182,13 @@ def _plan_deletions(
     absolute miss count (absolute, so re-running the commit sets the same value).
     """
     deletions = [
-        {"item_key": k, "doc_id": states[k].doc_id, "chunk_ids": states[k].chunk_ids, "reason": r}
+        {
+            "item_key": k,
+            "doc_id": states[k].doc_id,
+            "chunk_ids": states[k].chunk_ids,
+            "reason": r,
+            "version": _v(states[k]),
+        }
         for k, r in explicit.items()
     ]
     missing: dict[str, int] = {}
@@ -186,6 +205,7 @@ def _plan_deletions(
                         "doc_id": st.doc_id,
                         "chunk_ids": st.chunk_ids,
                         "reason": f"absent from {misses} complete listing(s)",
+                        "version": _v(st),
                     }
                 )
             else:

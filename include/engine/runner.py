@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.config import SourceConfig
-from include.engine.commit import commit_stage, finish_stage
+from include.engine.commit import abort_run, commit_stage, finish_stage
 from include.engine.context import RunContext, RunParams
 from include.engine.discover import discover_stage, open_connector
 from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
@@ -79,7 +79,7 @@ def run_pipeline(
         counts = finish_stage(ctx, store, counts)
         return RunSummary(ctx.run_id, source.source_id, "success", counts)
     except Exception as exc:
-        store.finish_run(ctx.run_id, "failed", {}, error=f"{type(exc).__name__}: {exc}")
+        abort_run(ctx, store, f"{type(exc).__name__}: {exc}")
         raise
     finally:
         if own_store:

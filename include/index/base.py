@@ -97,8 +97,12 @@ class IndexBackend(abc.ABC):
     def chunk_ids(self, *, source: str | None = None, doc_id: str | None = None) -> set[str]:
         """Ids of stored chunks (for audits and tests)."""
 
-    def begin_rebuild(self) -> None:  # noqa: B027 - optional
-        """Start a zero-downtime full rebuild (backends that support it write to a new index)."""
+    def begin_rebuild(self, source: str | None = None) -> None:  # noqa: B027 - optional
+        """Start a zero-downtime full rebuild (backends that support it write to a new index).
+
+        ``source`` scopes it when several sources share the index; the embedded SQLite index
+        rebuilds in place (a full resync re-upserts every document) and ignores it.
+        """
 
     def finish_rebuild(self, success: bool) -> None:  # noqa: B027 - optional
         """Swap the rebuilt index in (success) or drop it."""
