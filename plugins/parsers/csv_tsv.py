@@ -24,9 +24,16 @@ def _dialect(sample: str, tsv: bool) -> type[csv.Dialect] | csv.Dialect:
     if tsv:
         return csv.excel_tab
     try:
-        return csv.Sniffer().sniff(sample, delimiters=",\t;|")
+        sniffed = csv.Sniffer().sniff(sample, delimiters=",\t;|")
     except csv.Error:
         return csv.excel
+
+    # Only the delimiter is sniffed: RFC 4180 quotes with '"', and the sniffer mistakes
+    # values like 'aifc' for single-quoted fields, eating their quotes.
+    class _Dialect(csv.excel):
+        delimiter = sniffed.delimiter
+
+    return _Dialect
 
 
 def _records(text: str, dialect: type[csv.Dialect] | csv.Dialect) -> Iterator[tuple[int, list[str]]]:

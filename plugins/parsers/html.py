@@ -37,7 +37,6 @@ _DROP_ALWAYS = (
     "noscript",
     "template",
     "nav",
-    "aside",
     "iframe",
     "object",
     "embed",

@@ -8,6 +8,7 @@ CommonMark would read ``_`` and ``*`` inside formulas as emphasis and eat charac
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any
@@ -28,26 +29,61 @@ _MATH = re.compile(r"\$[^$\n]+\$|\$\$|\\\(|\\\[")
 
 
 def _md() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+    md = MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+    # Block structure comes from markdown-it; inline markup is stripped by the regexes below.
+    # The inline tokenizer is a third of markdown-it's time and we only need the plain text.
+    md.core.ruler.disable("inline")
+    return md
+
+
+_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
+_IMAGE = re.compile(r"!\[([^\]]*)\]\((?:[^()]|\([^()]*\))*\)")
+_LINK = re.compile(r"\[((?:[^\[\]]|\[[^\]]*\])+)\](?:\((?:[^()]|\([^()]*\))*\)|\[[^\]]*\])")
+_AUTOLINK = re.compile(r"<((?:https?|ftp|mailto):[^>\s]+)>")
+_HTML_TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>|<!--.*?-->", re.S)
+# paired emphasis only; "_" must not touch word characters outside (snake_case stays intact)
+_EMPHASIS = re.compile(r"(\*\*|\*|~~)(?=\S)(.+?)(?<=\S)\1|(?<!\w)(__|_)(?=\S)(.+?)(?<=\S)\3(?!\w)", re.S)
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+_HARD_BREAK = re.compile(r"(?: {2,}|\\)\n")
+
+
+_ANY_MARKUP = re.compile(r"[*_\[`<\\&~!]| \n")
+
+
+def _strip_inline(src: str) -> str:
+    if not _ANY_MARKUP.search(src):
+        return src  # most prose lines: nothing to strip
+    codes: list[str] = []
+
+    def keep_code(m: re.Match[str]) -> str:
+        codes.append(m.group(2).strip() if m.group(2).strip() else m.group(2))
+        return f"\x00{len(codes) - 1}\x00"
+
+    def keep_code_literal(char: str) -> str:
+        codes.append(char)
+        return f"\x00{len(codes) - 1}\x00"
+
+    text = _CODE_SPAN.sub(keep_code, src)
+    text = _HARD_BREAK.sub("\n", text)
+    # escaped characters are literal: park them so no markup rule sees them
+    text = _ESCAPE.sub(lambda m: keep_code_literal(m.group(1)), text)
+    text = _IMAGE.sub(lambda m: m.group(1), text)
+    for _ in range(3):  # links can nest inside emphasis and vice versa
+        text = _LINK.sub(lambda m: m.group(1), text)
+        new = _EMPHASIS.sub(lambda m: m.group(2) if m.group(1) else m.group(4), text)
+        if new == text:
+            break
+        text = new
+    text = _AUTOLINK.sub(lambda m: m.group(1), text)
+    text = _HTML_TAG.sub("", text)
+    text = html.unescape(text) if "&" in text else text
+    return re.sub("\x00(\\d+)\x00", lambda m: codes[int(m.group(1))], text)
 
 
 def _inline_text(tok: Token) -> str:
     if _MATH.search(tok.content):
         return tok.content
-    out: list[str] = []
-    for child in tok.children or []:
-        t = child.type
-        if t in ("text", "code_inline"):
-            out.append(child.content)
-        elif t in ("softbreak", "hardbreak"):
-            out.append("\n")
-        elif t == "image":
-            alt = "".join(c.content for c in child.children or []) or child.content
-            if alt:
-                out.append(alt)
-        elif t == "html_inline":
-            continue
-    return "".join(out)
+    return _strip_inline(tok.content)
 
 
 def _front_matter(text: str) -> tuple[dict[str, Any], str, int]:
@@ -173,6 +209,9 @@ def _table(tokens: list[Token]) -> tuple[list[str] | None, list[list[str]]]:
 
 
 def _html_text(fragment: str) -> str:
+    stripped = fragment.strip()
+    if stripped.startswith("<!--") and stripped.endswith("-->") and stripped.count("<!--") == 1:
+        return ""  # a comment (metadata blocks in many docs): no visible text
     try:
         el = lxml_html.fragment_fromstring(fragment, create_parent="div")
     except Exception:  # malformed HTML in Markdown: keep the raw text rather than lose it
