@@ -71,6 +71,22 @@ class _SourceOperator(BaseOperator):
     def __init__(self, *, source: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self._lineage_result: Any = None  # what execute returned, for the OpenLineage facets
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: source -> index datasets, with this task's counts as a ``tributary`` run facet."""
+        from include.lineage_ol import manifest_counts, operator_lineage
+
+        result = self._lineage_result
+        if isinstance(result, dict):
+            counts = result
+        elif isinstance(result, str):
+            counts = manifest_counts(result)
+        elif isinstance(result, list):
+            counts = {"batches": len(result)}
+        else:
+            counts = {}
+        return operator_lineage(self.source, self.task_id, getattr(task_instance, "run_id", None), counts)
 
 
 class DiscoverOperator(_SourceOperator):
@@ -92,6 +108,7 @@ class DiscoverOperator(_SourceOperator):
         finally:
             store.close()
         context["ti"].xcom_push(key="plan", value=result["plan"])
+        self._lineage_result = result["batches"]
         return result["batches"]
 
 
@@ -109,7 +126,8 @@ class FetchOperator(_SourceOperator):
 
         ctx = run_context(self.source, context)
         with open_connector(ctx) as connector:
-            return fetch_stage(self.batch, connector)
+            self._lineage_result = fetch_stage(self.batch, connector)
+        return self._lineage_result
 
 
 class _ManifestOperator(_SourceOperator):
@@ -126,7 +144,8 @@ class ParseOperator(_ManifestOperator):
     def execute(self, context: Any) -> str:
         from include.engine import get_source, parse_stage
 
-        return parse_stage(self.manifest, get_source(self.source))
+        self._lineage_result = parse_stage(self.manifest, get_source(self.source))
+        return self._lineage_result
 
 
 class ChunkOperator(_ManifestOperator):
@@ -135,7 +154,8 @@ class ChunkOperator(_ManifestOperator):
     def execute(self, context: Any) -> str:
         from include.engine import chunk_stage, get_source
 
-        return chunk_stage(self.manifest, get_source(self.source))
+        self._lineage_result = chunk_stage(self.manifest, get_source(self.source))
+        return self._lineage_result
 
 
 class UpsertOperator(_ManifestOperator):
@@ -146,7 +166,8 @@ class UpsertOperator(_ManifestOperator):
         from include.index import open_index
 
         src = get_source(self.source)
-        return upsert_stage(self.manifest, src, lambda: open_index(src.index))
+        self._lineage_result = upsert_stage(self.manifest, src, lambda: open_index(src.index))
+        return self._lineage_result
 
 
 class CommitStateOperator(_SourceOperator):
@@ -164,9 +185,10 @@ class CommitStateOperator(_SourceOperator):
         ctx = run_context(self.source, context)
         store = open_state_store()
         try:
-            return commit_stage(ctx, store, lambda: open_index(ctx.source.index))
+            self._lineage_result = commit_stage(ctx, store, lambda: open_index(ctx.source.index))
         finally:
             store.close()
+        return self._lineage_result
 
 
 class RunSummaryOperator(_SourceOperator):
@@ -192,4 +214,5 @@ class RunSummaryOperator(_SourceOperator):
         for outlet in self.outlets or []:
             context["outlet_events"][outlet].extra = {"source": ctx.source.source_id, "run_id": ctx.run_id, **counts}
         self.log.info("run %s of %s: %s", ctx.run_id, ctx.source.source_id, counts)
+        self._lineage_result = counts
         return counts
