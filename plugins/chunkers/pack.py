@@ -1,23 +1,29 @@
-"""Greedy packing of one run of units (blocks, or table rows) into token-bounded chunks.
+"""Greedy packing of one run of blocks (paragraphs, or table rows) into token-bounded chunks.
 
-A run is the units' texts joined by ``"\\n"``, each encoded once (:class:`Run`). A chunk is
-a contiguous byte range of the run, optionally preceded by a prefix (heading path, table header)
-and starting with ``overlap`` tokens that end the previous chunk. Cut points, best first:
+Layout: short consecutive blocks are grouped into units of about ``limit`` bytes (joined by
+``"\\n"``), blocks longer than ``limit`` bytes are cut at delimiter ends into pieces of about
+``limit / 2`` bytes; each unit is encoded once (:class:`Run`). Few, mid-sized units keep both the
+tokenizer calls and the per-unit bookkeeping cheap; cut points inside a unit are resolved lazily,
+only in the unit where a chunk ends.
 
-1. unit ends: as many whole units as fit (tables: at most ``max_units`` rows);
-2. delimiter ends inside the unit that does not fit (found lazily, only for such units);
+A chunk is a contiguous byte range of the run, optionally preceded by a prefix (heading path,
+table header) and starting with ``overlap`` tokens that end the previous chunk. Cut points, best
+first:
+
+1. block ends: as many whole blocks as fit (tables: at most ``max_units`` rows);
+2. inside a block that does not fit: piece ends, then delimiter ends;
 3. token ends, moved back to a character boundary (and to a nearby hard boundary when there
    is one, so the next chunk's count needs no re-encoding).
 
-Candidates are chosen on the run's token positions, then the chunk's exact count is taken with
-:meth:`Run.count`; if it is over the limit the cut moves back. So no chunk exceeds the
-limit, whatever the tokenizer does at the edges.
+Candidates are chosen on approximate token positions, then the chunk's exact count is taken with
+:meth:`Run.count`; if it is over the limit the cut moves back. So no chunk exceeds the limit,
+whatever the tokenizer does at the edges.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,14 +39,14 @@ _NO_LIMIT = 1 << 60
 
 @dataclass(slots=True)
 class Prefix:
-    """What a chunk starting at a unit begins with."""
+    """What a chunk whose body starts in a given block begins with."""
 
     text: str = ""  # ends with "\n" when not empty
     tokens: int = 0
     heading_path: list[str] = field(default_factory=list)
-    # Heading units folded into the prefix: the body starts at this unit instead (or None).
+    # Heading blocks folded into the prefix: the body starts at this block instead (or None).
     skip_to_unit: int | None = None
-    folded: int = 0  # how many heading units were folded
+    folded: int = 0  # how many heading blocks were folded
 
 
 @dataclass(slots=True)
@@ -67,66 +73,132 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-class _Cutter:
-    """Cut-point choice over a :class:`Run` of pieces of blocks.
+@dataclass(slots=True)
+class _Layout:
+    units: list[str]
+    joined: list[bool]  # unit followed by a joining "\n" (False: the next piece continues it)
+    block_unit: list[int]  # the unit where each block starts
+    block_local: list[int]  # the block's byte offset inside that unit
+    block_size: list[int]  # the block's UTF-8 length
 
-    Best first: the furthest block end that fits (tables: at most ``max_units`` rows); else the
-    furthest piece end inside the current block (blocks longer than the limit in bytes were split
-    at delimiters before encoding); else a delimiter end inside the current piece; else a token end.
-    """
+
+def _layout(texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]) -> _Layout:
+    group_target = max(64, limit)
+    piece_target = max(64, limit // 2)
+    lay = _Layout([], [], [], [], [])
+    group: list[str] = []
+    group_bytes = 0
+
+    def flush() -> None:
+        nonlocal group, group_bytes
+        if group:
+            lay.units.append("\n".join(group))
+            lay.joined.append(True)
+            group, group_bytes = [], 0
+
+    for text in texts:
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        lay.block_size.append(size)
+        if size > limit:  # may hold more tokens than a chunk: pieces at delimiter ends
+            flush()
+            lay.block_unit.append(len(lay.units))
+            lay.block_local.append(0)
+            prev = 0
+            for m in pieces_re.finditer(text):
+                end = m.end()
+                if end - prev >= piece_target and end < len(text):
+                    lay.units.append(text[prev:end])
+                    lay.joined.append(False)
+                    prev = end
+            lay.units.append(text[prev:])
+            lay.joined.append(True)
+            continue
+        if group and group_bytes + 1 + size > group_target:
+            flush()
+        local = group_bytes + 1 if group else 0
+        lay.block_unit.append(len(lay.units))
+        lay.block_local.append(local)
+        group.append(text)
+        group_bytes = local + size
+    flush()
+    if lay.joined:
+        lay.joined[-1] = False
+    return lay
+
+
+class _Cutter:
+    """Cut-point choice over a :class:`Run` (see the module docstring for the order)."""
 
     def __init__(
         self,
         run: Run,
-        block_of: list[int],
-        last_piece: list[int],
+        block_starts: list[int],
+        block_ends: list[int],
         delimiters: re.Pattern[bytes],
         max_units: int,
-        isolate_split: bool = False,
+        isolate_split: bool,
     ) -> None:
         self.run = run
-        self.isolate_split = isolate_split
-        self.first_piece = [0] + [u + 1 for u in last_piece[:-1]]
-        self.block_of = block_of
-        self.last_piece = last_piece
+        self.block_starts = block_starts
+        self.block_ends = block_ends
         self.delimiters = delimiters
         self.max_units = max_units
+        self.isolate_split = isolate_split
         self.end_tb = [c + n for c, n in zip(run.cum, run.ntok, strict=True)]
-        self.block_end_tb = [self.end_tb[u] for u in last_piece]
-        self.block_end = [run.ends[u] for u in last_piece]
 
-    def cut(self, pos: int, unit: int, max_tokens: int) -> int:
+    def cut(self, pos: int, max_tokens: int) -> int:
         """Furthest cut after ``pos`` whose approximate count stays within ``max_tokens``."""
-        block = self.block_of[unit]
-        last_block = min(len(self.block_end) - 1, block + self.max_units - 1)
-        if self.isolate_split and pos > self.run.starts[self.first_piece[block]]:
-            last_block = block  # the rest of a split row is not glued to the next rows
-        i = min(bisect_right(self.block_end_tb, max_tokens) - 1, last_block)
-        if i >= 0 and self.block_end[i] > pos:
-            return self.block_end[i]
-        run = self.run
-        # The block does not fit: the furthest piece end, then a delimiter inside the next piece.
-        j = bisect_right(self.end_tb, max_tokens, unit, self.last_piece[block] + 1) - 1
-        spill = j + 1 if j >= unit else unit
-        sentence = self._sentence_cut(pos, spill, max_tokens)
+        run, block_ends = self.run, self.block_ends
+        block = bisect_right(self.block_starts, pos) - 1
+        cap = block_ends[min(len(block_ends) - 1, block + self.max_units - 1)]
+        if self.isolate_split and pos > self.block_starts[block]:
+            cap = block_ends[block]  # the rest of a split row is not glued to the next rows
+        j = bisect_right(self.end_tb, max_tokens) - 1  # the last unit that fits whole
+        # 1. Block ends: up to the end of unit j, or inside the unit after it.
+        bound = min(run.ends[j], cap) if j >= 0 else 0
+        i = bisect_right(block_ends, bound) - 1
+        best = block_ends[i] if i >= 0 else -1
+        spill = j + 1
+        if spill < len(run.starts) and run.starts[spill] < cap:
+            lo = bisect_right(block_ends, run.starts[spill])
+            hi = bisect_right(block_ends, min(run.ends[spill], cap))
+            k = self._furthest(block_ends, lo, hi, max_tokens)
+            if k >= 0:
+                best = max(best, block_ends[k])
+        if best > pos:
+            return best
+        # 2. The block does not fit: piece ends, then delimiter ends, then token ends within it.
+        bend = block_ends[block]
+        unit = run.unit_at(pos)
+        if j >= unit and pos < run.ends[j] < bend:
+            piece_end, spill = run.ends[j], j + 1
+        else:
+            piece_end, spill = -1, unit
+        sentence = self._sentence_cut(pos, spill, bend, max_tokens)
         if sentence > pos:
             return sentence
-        if j >= unit and run.ends[j] > pos:
-            return run.ends[j]
+        if piece_end > pos:
+            return piece_end
         return self._token_cut(pos, spill, max_tokens)
 
-    def _sentence_cut(self, pos: int, unit: int, max_tokens: int) -> int:
-        """Furthest delimiter end in ``unit`` within ``max_tokens`` (binary search, lazy counts)."""
-        run = self.run
-        offs = [m.end() for m in self.delimiters.finditer(run.data, max(pos, run.starts[unit]), run.ends[unit])]
-        lo, hi = 0, len(offs)
+    def _furthest(self, offs: Sequence[int], lo: int, hi: int, max_tokens: int) -> int:
+        """Index of the furthest offset in ``offs[lo:hi]`` within ``max_tokens`` (-1 if none)."""
+        tokens_before = self.run.tokens_before
         while lo < hi:
             mid = (lo + hi) // 2
-            if run.tokens_before(offs[mid]) <= max_tokens:
+            if tokens_before(offs[mid]) <= max_tokens:
                 lo = mid + 1
             else:
                 hi = mid
-        return offs[lo - 1] if lo > 0 else pos
+        return lo - 1
+
+    def _sentence_cut(self, pos: int, unit: int, bound: int, max_tokens: int) -> int:
+        """Furthest delimiter end in ``unit`` (not past ``bound``) within ``max_tokens``."""
+        run = self.run
+        end = min(run.ends[unit], bound)
+        offs = [m.end() for m in self.delimiters.finditer(run.data, max(pos, run.starts[unit]), end)]
+        k = self._furthest(offs, 0, len(offs), max_tokens)
+        return offs[k] if k >= 0 else pos
 
     def _token_cut(self, pos: int, unit: int, max_tokens: int) -> int:
         run = self.run
@@ -144,40 +216,6 @@ class _Cutter:
             return base + ends[min(k, len(ends)) - 1]
         hard = run.last_hard_before(pos, cut, scan=8)
         return hard if hard > pos else cut
-
-
-def _split_blocks(
-    texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]
-) -> tuple[list[str], list[bool], list[int], list[int]]:
-    """Pieces to encode: blocks that may hold more than ``limit`` tokens are cut at delimiter ends.
-
-    A block of at most ``limit`` bytes holds at most ``limit`` tokens and stays whole. Longer
-    blocks become pieces of about ``limit / 2`` bytes, each ending at a delimiter: few enough that
-    per-piece bookkeeping stays cheap, fine enough that most cuts need no look inside a piece.
-    """
-    target = max(64, limit // 2)
-    pieces: list[str] = []
-    joined: list[bool] = []
-    block_of: list[int] = []
-    last_piece: list[int] = []
-    for b, text in enumerate(texts):
-        if len(text) * (1 if text.isascii() else 3) > limit:
-            prev = 0
-            for m in pieces_re.finditer(text):
-                end = m.end()
-                if end - prev >= target and end < len(text):
-                    pieces.append(text[prev:end])
-                    joined.append(False)
-                    block_of.append(b)
-                    prev = end
-            text = text[prev:]
-        pieces.append(text)
-        joined.append(True)
-        block_of.append(b)
-        last_piece.append(len(pieces) - 1)
-    if joined:
-        joined[-1] = False
-    return pieces, joined, block_of, last_piece
 
 
 def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
@@ -240,37 +278,37 @@ def pack_run(
     """Chunk one run of blocks (``texts``), the blocks joined by ``"\\n"``.
 
     ``prefix_at(block, at_block_start)`` gives the prefix of a chunk whose body starts in that
-    block; ``delimiters`` is the option string (seed syntax).
+    block; ``delimiters`` is the option string (seed syntax); ``max_units`` caps blocks per chunk
+    and ``isolate_split`` keeps the pieces of a split block out of other blocks' chunks (tables).
     """
     if not texts:
         return []
-    pieces, joined, block_of, last_piece = _split_blocks(texts, limit, delimiter_text_pattern(delimiters))
-    run = Run(pieces, joined)
-    cutter = _Cutter(run, block_of, last_piece, delimiter_pattern(delimiters), max_units, isolate_split)
-    first_piece = cutter.first_piece
+    lay = _layout(texts, limit, delimiter_text_pattern(delimiters))
+    run = Run(lay.units, lay.joined)
+    block_starts = [run.starts[u] + local for u, local in zip(lay.block_unit, lay.block_local, strict=True)]
+    block_ends = [s + n for s, n in zip(block_starts, lay.block_size, strict=True)]
+    cutter = _Cutter(run, block_starts, block_ends, delimiter_pattern(delimiters), max_units, isolate_split)
     size = len(run)
     drafts: list[Draft] = []
     pos = 0
     prev: tuple[int, int] | None = None  # (start, end) of the previous chunk's run bytes
     while pos < size:
-        unit = run.unit_at(pos)
-        block = first_block = block_of[unit]
-        prefix = prefix_at(block, pos == run.starts[first_piece[block]])
+        block = first_block = bisect_right(block_starts, pos) - 1
+        prefix = prefix_at(block, pos == block_starts[block])
         folded = prefix.skip_to_unit is not None
         if prefix.skip_to_unit is not None:
             if prefix.skip_to_unit >= len(texts):  # headings with nothing after them: the path alone
-                drafts.append(_draft(run, prefix, size, size, size, kind, unit_positions, first_block, None))
+                drafts.append(_draft(run, prefix, size, size, size, kind, unit_positions, first_block, -1, None))
                 break
-            unit = first_piece[prefix.skip_to_unit]
-            pos = run.starts[unit]
+            pos = block_starts[prefix.skip_to_unit]
         start = pos
         if overlap and prev is not None and not folded:
             start = _overlap_start(run, prev[0], prev[1], overlap)
         while True:
             max_tokens = run.tokens_before(start) + limit - prefix.tokens
-            cut = cutter.cut(pos, unit, max_tokens)
+            cut = cutter.cut(pos, max_tokens)
             while (exact := run.count(start, cut, prefix.text, prefix.tokens)) > limit:
-                shrunk = cutter.cut(pos, unit, run.tokens_before(cut) - (exact - limit))
+                shrunk = cutter.cut(pos, run.tokens_before(cut) - (exact - limit))
                 if shrunk >= cut:
                     break  # a single character over the limit: handled below
                 cut = shrunk
@@ -283,15 +321,16 @@ def pack_run(
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
         if run.decode(pos, cut).strip() or folded:
-            first_block = min(first_block, block_of[run.unit_at(start)])
+            first_block = min(first_block, bisect_right(block_starts, start) - 1)
+            last_block = bisect_right(block_starts, cut - 1) - 1
             overlap_end = prev[1] if prev is not None and start < pos else start
             drafts.append(
-                _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, exact, block_of)
+                _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
             )
             prev = (start, cut)
         pos = cut
-        end_unit = run.unit_at(cut - 1) if cut > 0 else 0
-        if cut == run.ends[end_unit] and joined[end_unit]:
+        i = bisect_left(block_ends, cut)
+        if i < len(block_ends) and block_ends[i] == cut and cut < size:
             pos = cut + 1  # the "\n" joining two blocks belongs to neither chunk
     return drafts
 
@@ -305,13 +344,12 @@ def _draft(
     kind: str,
     unit_positions: Sequence[Sequence[Position]],
     first: int,
+    last: int,
     exact: int | None,
-    block_of: Sequence[int] | None = None,
 ) -> Draft:
     meta: dict[str, Any] = {}
     if end > start:
         text = prefix.text + run.decode(start, end)
-        last = block_of[run.unit_at(end - 1)] if block_of is not None else first
     else:  # a prefix-only chunk (a heading with nothing under it): no trailing newline
         text = prefix.text.rstrip("\n")
         exact = None

@@ -37,6 +37,8 @@ from plugins.chunkers.tokenizer import get_encoding, token_byte_lengths
 
 __all__ = ["Run", "is_hard_boundary"]
 
+_NONE = -1
+
 # How many tokens to look at for a hard boundary before re-encoding a longer window instead.
 _SCAN = 48
 _WINDOW_CACHE_CHARS = 24
@@ -117,24 +119,33 @@ def is_hard_boundary(data: bytes, off: int) -> bool:
 
 
 class Run:
-    """Texts ("units": blocks or table rows) joined by ``"\\n"``; each unit encoded once.
+    """Texts ("units": blocks or pieces of blocks) joined by ``"\\n"``; each unit encoded once.
 
     Offsets are UTF-8 byte offsets into ``data`` (the joined run). Token positions used to pick
     cut points are approximate (the units' own tokens plus one per join); :meth:`count` is exact.
+
+    For exact counts every unit gets, once, its first and last hard boundary (``head``/``tail``,
+    usually its own start and end) and the exact token count of the run from its start up to
+    each of them (``exact_head``/``exact_tail``). A chunk's count is then a difference of two
+    such prefix sums plus two short edge windows encoded again.
     """
 
     __slots__ = (
         "_enc",
-        "_hard_end",
-        "_hard_start",
         "_lengths",
         "_unit_ends",
         "_window_cache",
         "cum",
         "data",
         "ends",
+        "exact_head",
+        "exact_tail",
+        "head",
+        "head_k",
         "ntok",
         "starts",
+        "tail",
+        "tail_k",
         "tokens",
     )
 
@@ -144,8 +155,8 @@ class Run:
         enc = self._enc = get_encoding()
         self._lengths = token_byte_lengths()
         encode = enc.encode_ordinary
-        self.tokens = [encode(t) for t in texts]
-        self.ntok = [len(t) for t in self.tokens]
+        self.tokens = tokens = [encode(t) for t in texts]
+        self.ntok = ntok = [len(t) for t in tokens]
         if joined is None:
             joined = [True] * len(texts)
         parts: list[str] = []
@@ -153,7 +164,7 @@ class Run:
         ends: list[int] = []
         cum: list[int] = []
         off = tok = 0
-        for t, n, nl in zip(texts, self.ntok, joined, strict=True):
+        for t, n, nl in zip(texts, ntok, joined, strict=True):
             size = len(t) if t.isascii() else len(t.encode("utf-8"))
             parts.append(t)
             starts.append(off)
@@ -167,13 +178,51 @@ class Run:
                 tok += 1
         if parts and joined[-1]:
             parts.pop()
-        self.data = "".join(parts).encode("utf-8")
+        self.data = data = "".join(parts).encode("utf-8")
         self.starts, self.ends, self.cum = starts, ends, cum
-        data = self.data
-        self._hard_start = [is_hard_boundary(data, off) for off in starts]
-        self._hard_end = [is_hard_boundary(data, off) for off in ends]
         self._unit_ends: dict[int, list[int]] = {}
         self._window_cache: dict[str, int] = {}
+        self._prefix_sums(data)
+
+    def _prefix_sums(self, data: bytes) -> None:
+        n = len(self.starts)
+        head, head_k, tail, tail_k = [_NONE] * n, [0] * n, [_NONE] * n, [0] * n
+        exact_head, exact_tail = [0] * n, [0] * n
+        starts, ends, ntok = self.starts, self.ends, self.ntok
+        last_off, last_exact = 0, 0  # the latest hard boundary and the exact count up to it
+        for u in range(n):
+            s, e = starts[u], ends[u]
+            if s >= e:
+                continue
+            if is_hard_boundary(data, s):
+                h, hk = s, 0
+            else:
+                h = _NONE
+                for off, k in self._token_offsets(u, s, e, False, _SCAN):
+                    if is_hard_boundary(data, off):
+                        h, hk = off, k
+                        break
+                if h == _NONE:
+                    continue  # no hard boundary in this unit: windows run through it
+            if is_hard_boundary(data, e):
+                t, tk = e, ntok[u]
+            else:
+                t, tk = h, hk
+                for off, k in self._token_offsets(u, h, e, True, _SCAN):
+                    if is_hard_boundary(data, off):
+                        t, tk = off, k
+                        break
+            gap = h - last_off
+            if gap == 1 and data[last_off] == 0x0A:
+                last_exact += 1  # the joining newline between two hard boundaries
+            elif gap > 0:
+                last_exact += self.encode_len(data[last_off:h].decode("utf-8"))
+            head[u], head_k[u], exact_head[u] = h, hk, last_exact
+            last_exact += tk - hk
+            tail[u], tail_k[u], exact_tail[u] = t, tk, last_exact
+            last_off = t
+        self.head, self.head_k, self.tail, self.tail_k = head, head_k, tail, tail_k
+        self.exact_head, self.exact_tail = exact_head, exact_tail
 
     def __len__(self) -> int:
         return len(self.data)
@@ -288,74 +337,74 @@ class Run:
             n = cache[text] = len(self._enc.encode_ordinary(text))
         return n
 
-    def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
-        """Exact ``len(encode_ordinary(prefix + run[start:end]))``; ``prefix`` ends with ``"\\n"``.
+    def _exact_at(self, unit: int, off: int, k: int) -> int:
+        """Exact tokens of ``data[:off]`` for a hard boundary ``off`` in ``unit`` at local token ``k``."""
+        return self.exact_head[unit] + k - self.head_k[unit]
 
-        The text is cut at hard boundaries into pieces whose tokens are known (unit token slices)
-        and short windows between them that are encoded (mostly cached: ``"\\n"``, ``".\\n"``).
-        """
+    def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
+        """Exact ``len(encode_ordinary(prefix + run[start:end]))``; ``prefix`` ends with ``"\\n"``."""
         if prefix_tokens is None:
             prefix_tokens = self.encode_len(prefix)
         if start >= end:
             return prefix_tokens
-        starts, ends, ntok = self.starts, self.ends, self.ntok
-        hard_start, hard_end = self._hard_start, self._hard_end
-        first, last = self.unit_at(start), self.unit_at(end - 1)
-        total = 0
-        # Not yet counted: prefix (while with_prefix) + data[pending_from:...].
-        with_prefix, pending_from = bool(prefix), start
-        for unit in range(first, last + 1):
-            s, e = starts[unit], ends[unit]
-            if first < unit < last and hard_start[unit] and hard_end[unit]:
-                head, k_head, tail, k_tail = s, 0, e, ntok[unit]  # the common case: a whole unit
-            else:
-                s, e = max(start, s), min(end, e)
-                if s >= e:
-                    continue
-                found = self._head(unit, s, e, s == start, bool(prefix))
-                if found is None:
-                    continue
-                head, k_head = found
-                found = self._tail(unit, head, e, e == end)
-                if found is None:
-                    continue
-                tail, k_tail = found
-            total += self._window(prefix if with_prefix else "", prefix_tokens, pending_from, head)
-            total += k_tail - k_head
-            with_prefix, pending_from = False, tail
-        return total + self._window(prefix if with_prefix else "", prefix_tokens, pending_from, end)
-
-    def _window(self, prefix: str, prefix_tokens: int, start: int, end: int) -> int:
-        if start >= end:
-            return prefix_tokens if prefix else 0
-        if not prefix and end - start == 1 and self.data[start] == 0x0A:
-            return 1  # a joining newline between hard boundaries
+        first = self.unit_at(start)
+        h = self._first_hard(first, start, end, bool(prefix))
+        if h is not None:
+            last = self.unit_at(end - 1)
+            t = self._last_hard(last, end, h[0])
+            if t is not None and t[0] >= h[0]:
+                hu, hoff, hk = h
+                tu, toff, tk = t
+                total = self._exact_at(tu, toff, tk) - self._exact_at(hu, hoff, hk)
+                head_text = self.data[start:hoff].decode("utf-8")
+                total += self.encode_len(prefix + head_text) if head_text else prefix_tokens
+                if toff < end:
+                    total += self.encode_len(self.data[toff:end].decode("utf-8"))
+                return total
         return self.encode_len(prefix + self.data[start:end].decode("utf-8"))
 
-    def _head(self, unit: int, s: int, e: int, chunk_start: bool, has_prefix: bool) -> tuple[int, int] | None:
-        """First offset in ``[s, e)`` where the chunk text splits exactly, with its local token index."""
+    def _first_hard(self, unit: int, start: int, end: int, has_prefix: bool) -> tuple[int, int, int] | None:
+        """First run-wide hard boundary at or after the chunk start: (unit, offset, local token).
+
+        The chunk start itself qualifies only if it is a hard boundary of the run and, after a
+        prefix (which ends with a newline), does not start with whitespace.
+        """
         data = self.data
-        at_unit_start = s == self.starts[unit]
-        if chunk_start:
-            ok = (at_unit_start or is_hard_boundary(data, s)) and (not has_prefix or _starts_not_ws(data, s))
-        else:  # s starts the unit
-            ok = self._hard_start[unit]
-        if ok:
-            return s, self._local_index(unit, s)
-        for off, k in self._token_offsets(unit, s, e, False, _SCAN):
-            if is_hard_boundary(data, off):
-                return off, k
+        head = self.head
+        h = head[unit]
+        if h != _NONE:
+            if start < h:
+                return unit, h, self.head_k[unit]
+            if (start == h or is_hard_boundary(data, start)) and (not has_prefix or _starts_not_ws(data, start)):
+                return unit, start, self.head_k[unit] if start == h else self._local_index(unit, start)
+            for off, k in self._token_offsets(unit, start, min(end, self.ends[unit]), False, _SCAN):
+                if is_hard_boundary(data, off):
+                    return unit, off, k
+            if start < self.tail[unit] <= end:
+                return unit, self.tail[unit], self.tail_k[unit]
+        for u in range(unit + 1, len(head)):
+            if self.starts[u] >= end:
+                break
+            if head[u] != _NONE:
+                return u, head[u], self.head_k[u]
         return None
 
-    def _tail(self, unit: int, head: int, e: int, chunk_end: bool) -> tuple[int, int] | None:
-        """Last offset in ``(head, e]`` where the chunk text splits exactly, with its local token index."""
+    def _last_hard(self, unit: int, end: int, floor: int) -> tuple[int, int, int] | None:
+        """Last run-wide hard boundary at or before the chunk end and not before ``floor``."""
         data = self.data
-        at_unit_end = e == self.ends[unit]
-        # Not at the chunk's end, e is the unit's end.
-        ok = (at_unit_end or is_hard_boundary(data, e)) if chunk_end else self._hard_end[unit]
-        if ok:
-            return e, self._local_index(unit, e)
-        for off, k in self._token_offsets(unit, head, e, True, _SCAN):
-            if is_hard_boundary(data, off):
-                return off, k
+        head, tail = self.head, self.tail
+        for u in range(unit, -1, -1):
+            t = tail[u]
+            if t != _NONE:
+                if t <= end:
+                    return (u, t, self.tail_k[u]) if t >= floor else None
+                if head[u] <= end:
+                    if is_hard_boundary(data, end):
+                        return u, end, self._local_index(u, end)
+                    for off, k in self._token_offsets(u, max(head[u], floor), end, True, _SCAN):
+                        if is_hard_boundary(data, off):
+                            return u, off, k
+                    return (u, head[u], self.head_k[u]) if head[u] >= floor else None
+            if self.starts[u] <= floor:
+                break
         return None

