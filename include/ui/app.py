@@ -1,0 +1,169 @@
+"""Audit pages and JSON for Tributary's lineage, as a FastAPI app mounted in Airflow's API server.
+
+HTML (linked from Airflow's navigation):
+  /                      runs per configured source
+  /runs/{run_id}         one run: counts, items with actions, versions, errors (?action= filter)
+  /items?source=&key=    an item's history across runs
+  /chunks/{chunk_id}     a chunk traced to its run, source version and stages
+  /diff?a=&b=            two runs compared item by item
+JSON: the same under /api/... (the dicts of ``include.lineage``).
+
+Every route requires an Airflow user (the API server's JWT, as a bearer token or the UI's
+cookie): lineage names documents and errors, which are no one else's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from include import lineage
+from include.stores import StateStore
+
+__all__ = ["create_app"]
+
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _store() -> Iterator[StateStore]:
+    from include.stores import open_state_store
+
+    store = open_state_store()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+Store = Annotated[StateStore, Depends(_store)]
+
+
+def _sources() -> list[dict[str, Any]]:
+    from include.config import load_sources
+    from include.settings import get_settings
+
+    return [
+        {"source": s.source_id, "dag_id": s.dag_id, "kind": s.kind, "index": f"{s.index.backend}/{s.index.name}"}
+        for s in load_sources(get_settings().sources_file)
+    ]
+
+
+async def _require_user(request: Request) -> Any:
+    """An Airflow user from the API server's JWT: ``Authorization: Bearer`` or the UI's cookie.
+
+    Airflow's security module is imported here, not at import time: every Airflow process loads
+    the plugin, only the API server serves it.
+    """
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
+
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    return await resolve_user_from_token(token)
+
+
+def _short(value: Any, n: int = 12) -> str:
+    return "" if value is None else str(value)[:n]
+
+
+def _version(v: dict[str, Any] | None) -> str:
+    if not v:
+        return ""
+    parts = [f"{k}={v[k]}" for k in ("revision", "etag", "modified_time", "last_modified") if v.get(k)]
+    return ", ".join(parts)
+
+
+def _run_link(run: dict[str, Any]) -> str | None:
+    """The run's page in Airflow's UI (runs made outside Airflow, e.g. by the CLI, have none)."""
+    if not run.get("dag_id") or (run.get("run_type") or "") == "inline":
+        return None
+    return f"/dags/{quote(run['dag_id'])}/runs/{quote(run['run_id'], safe='')}"
+
+
+def create_app(*, require_auth: bool = True) -> FastAPI:
+    env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(["html"]))
+    env.filters.update(short=_short, version=_version, q=lambda s: quote(str(s), safe=""))
+    env.globals.update(run_link=_run_link, actions=lineage.ACTIONS)
+    deps = [Depends(_require_user)] if require_auth else []
+    app = FastAPI(title="Tributary audit", dependencies=deps, docs_url=None, redoc_url=None, openapi_url=None)
+
+    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return HTMLResponse(env.get_template(name).render(root=root, **ctx))
+
+    # ----------------------------------------------------------------------------- JSON
+    @app.get("/api/runs")
+    def api_runs(store: Store, source: str | None = None, limit: int = 50) -> Any:
+        return lineage.list_runs(store, source, limit=min(limit, 500))
+
+    @app.get("/api/runs/{run_id}")
+    def api_run(run_id: str, store: Store, action: str | None = None) -> Any:
+        return _found(lineage.run_report(store, run_id, action), f"run {run_id}")
+
+    @app.get("/api/items")
+    def api_item(source: str, key: str, store: Store) -> Any:
+        return _found(lineage.item_history(store, source, key), f"item {key}")
+
+    @app.get("/api/chunks/{chunk_id}")
+    def api_chunk(chunk_id: str, store: Store, source: str | None = None) -> Any:
+        return _found(lineage.chunk_lineage(store, chunk_id, source), f"chunk {chunk_id}")
+
+    @app.get("/api/diff")
+    def api_diff(a: str, b: str, store: Store) -> Any:
+        return _found(lineage.diff_runs(store, a, b), f"runs {a} / {b}")
+
+    # ----------------------------------------------------------------------------- HTML
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request, store: Store) -> HTMLResponse:
+        sources = _sources()
+        runs = lineage.list_runs(store, None, limit=500)
+        known = {s["source"] for s in sources}
+        # sources removed from the config still have history worth showing
+        sources += [
+            {"source": s, "dag_id": None, "kind": s.split(":")[0], "index": ""}
+            for s in sorted({r["source"] for r in runs} - known)
+        ]
+        by_source = {s["source"]: [r for r in runs if r["source"] == s["source"]][:20] for s in sources}
+        return page(request, "index.html", sources=sources, by_source=by_source)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse)
+    def run_page(request: Request, run_id: str, store: Store, action: str | None = None):
+        report = lineage.run_report(store, run_id, action or None)
+        if report is None:
+            return page(request, "missing.html", what=f"run {run_id}")
+        return page(request, "run.html", r=report, run=report["run"])
+
+    @app.get("/items", response_class=HTMLResponse)
+    def item_page(request: Request, source: str, key: str, store: Store):
+        found = lineage.item_history(store, source, key)
+        if found is None:
+            return page(request, "missing.html", what=f"item {key} of {source}")
+        return page(request, "item.html", h=found)
+
+    @app.get("/chunks/{chunk_id}", response_class=HTMLResponse)
+    def chunk_page(request: Request, chunk_id: str, store: Store, source: str | None = None):
+        found = lineage.chunk_lineage(store, chunk_id, source)
+        if found is None:
+            return page(request, "missing.html", what=f"chunk {chunk_id}")
+        return page(request, "chunk.html", c=found)
+
+    @app.get("/diff", response_class=HTMLResponse)
+    def diff_page(request: Request, a: str, b: str, store: Store):
+        found = lineage.diff_runs(store, a, b)
+        if found is None:
+            return page(request, "missing.html", what=f"runs {a} / {b}")
+        return page(request, "diff.html", d=found)
+
+    return app
+
+
+def _found(value: Any, what: str) -> Any:
+    if value is None:
+        raise HTTPException(status_code=404, detail=f"no {what}")
+    return JSONResponse(value)

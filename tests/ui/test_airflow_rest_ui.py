@@ -1,0 +1,455 @@
+"""Tributary in a running Airflow (api-server, scheduler, dag-processor; LocalExecutor on a fresh
+PostgreSQL metadata DB), driven only through the REST API and a headless Chromium.
+
+Started once for the module; the tests run in order on one ``files`` source:
+1. the first scheduled run syncs everything and its index asset event (with the counts)
+   triggers the example downstream DAG scheduled on the asset;
+2. a manual trigger with a conf (``only_keys``) re-syncs exactly that item;
+3. a dry run reports what would change and writes nothing;
+4. a backfill over three daily intervals re-syncs what was modified inside each interval;
+5. the audit pages (plugin) and the trigger form render in Chromium (screenshots in
+   tests/artifacts/ui/).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.support.server import free_port
+from tests.ui.cdp import Browser, chromium_binary
+
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
+
+DAG_ID = "sync_files_audit"
+CONSUMER = "reembed_tributary_index"
+ARTIFACTS = ROOT / "tests" / "artifacts" / "ui"
+FILES = {
+    "a.md": "# Alpha\n\nAlpha is about river deltas.\n",
+    "b.md": "# Beta\n\nBeta explains salmon runs.\n",
+    "c.md": "# Gamma\n\nGamma covers estuaries and tides.\n",
+    "d.md": "# Delta\n\nDelta lists the bridges.\n",
+}
+
+_CONSUMER_DAG = '''
+"""Example: a downstream job scheduled on the index asset a sync DAG updates (see README)."""
+from airflow.sdk import DAG, Asset, task
+
+with DAG("reembed_tributary_index", schedule=[Asset(name="tributary-index-sqlite-tributary",
+         uri="tributary://index/sqlite/tributary", group="tributary")], catchup=False, tags=["tributary"]):
+
+    @task(inlets=[Asset(name="tributary-index-sqlite-tributary", uri="tributary://index/sqlite/tributary",
+          group="tributary")])
+    def reembed(*, triggering_asset_events=None):
+        for asset, events in (triggering_asset_events or {}).items():
+            for event in events:
+                print("re-embedding after", event.extra)
+
+    reembed()
+'''
+
+
+@dataclass
+class Stack:
+    base_url: str
+    env: dict[str, str]
+    root: Path
+    docs: Path
+    logs: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    http: httpx.Client | None = None
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+    def tails(self, lines: int = 30) -> str:
+        return "\n".join(
+            f"----- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+            for p in sorted(self.logs.glob("*.log"))
+        )
+
+    def wait(self, what: str, fn: Any, timeout: float = 240) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+            if dead:
+                raise AssertionError(f"Airflow processes exited: {dead}\n{self.tails()}")
+            try:
+                result = fn()
+                if result:
+                    return result
+            except (httpx.HTTPError, KeyError, IndexError) as exc:
+                last = exc
+            time.sleep(1)
+        raise AssertionError(f"timed out waiting for {what} ({last})\n{self.tails()}")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+    # ------------------------------------------------------------------ REST helpers
+    def runs(self, dag_id: str = DAG_ID) -> list[dict[str, Any]]:
+        resp = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns", params={"limit": 100, "order_by": "run_after"})
+        resp.raise_for_status()
+        return resp.json()["dag_runs"]
+
+    def trigger(self, conf: dict[str, Any]) -> str:
+        resp = self.http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["dag_run_id"]
+
+    def finished(self, run_id: str, dag_id: str = DAG_ID, timeout: float = 240) -> str:
+        def state() -> str | None:
+            s = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
+            return s if s in ("success", "failed") else None
+
+        return self.wait(f"{dag_id} run {run_id}", state, timeout)
+
+    def store(self):
+        from include.stores import open_state_store
+
+        return open_state_store(self.env["TRIBUTARY_STATE_URL"])
+
+
+def _touch(path: Path, text: str | None = None, when: dt.datetime | None = None) -> None:
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    ts = (when or dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)).timestamp()
+    os.utime(path, (ts, ts))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("airflow-ui")
+    docs = root / "docs"
+    docs.mkdir()
+    old = dt.datetime(2026, 10, 1, 12, tzinfo=dt.UTC)  # before every backfill interval
+    for name, text in FILES.items():
+        _touch(docs / name, text, old)
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "tributary_sources.py").write_text((ROOT / "dags" / "tributary_sources.py").read_text())
+    (dags / "reembed_example.py").write_text(_CONSUMER_DAG)
+    (root / "sources.yaml").write_text(
+        json.dumps(
+            {
+                "sources": [
+                    {
+                        "kind": "files",
+                        "name": "audit",
+                        "schedule": "@daily",
+                        "options": {"root": str(docs)},
+                        "batch_size": 2,
+                    }
+                ]
+            }
+        )
+    )
+    (root / "logs").mkdir()
+    name = f"tributary_ui_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    meta_url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    port = free_port()
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(root / "airflow"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta_url,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(root / "airflow" / "logs"),
+        "PYTHONPATH": str(ROOT),
+        "TRIBUTARY_HOME": str(root / "tributary"),
+        "TRIBUTARY_STATE_URL": f"sqlite:///{root / 'tributary' / 'state.db'}",
+        "TRIBUTARY_INDEX_PATH": str(root / "tributary" / "index.db"),
+        "TRIBUTARY_STAGING_DIR": str(root / "tributary" / "staging"),
+        "TRIBUTARY_SOURCES": str(root / "sources.yaml"),
+        "TRIBUTARY_TASK_RETRIES": "0",
+    }
+    for var in ("TRIBUTARY_REDIS_URL", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW_CONN_TRIBUTARY_ALERTS"):
+        env.pop(var, None)
+    (root / "tributary").mkdir()
+    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs")
+    try:
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        s.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        s.start("scheduler", "scheduler")
+        s.start("dag-processor", "dag-processor")
+        s.http = httpx.Client(base_url=s.base_url, timeout=30)
+        s.wait("the API server", lambda: s.http.get("/api/v2/version").status_code == 200)
+        s.http.headers["Authorization"] = "Bearer " + s.http.get("/auth/token").json()["access_token"]
+        yield s
+    finally:
+        if s.http is not None:
+            s.http.close()
+        s.stop()
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def _items(stack: Stack, run_id: str) -> dict[str, dict[str, Any]]:
+    store = stack.store()
+    try:
+        return {i["item_key"]: i for i in store.run_items(run_id)}
+    finally:
+        store.close()
+
+
+def _run(stack: Stack, run_id: str) -> dict[str, Any]:
+    store = stack.store()
+    try:
+        return store.get_run(run_id)
+    finally:
+        store.close()
+
+
+def test_scheduled_run_emits_asset_event_that_triggers_the_downstream_dag(stack: Stack) -> None:
+    http = stack.http
+    stack.wait(
+        "both DAGs parsed", lambda: all(http.get(f"/api/v2/dags/{d}").status_code == 200 for d in (DAG_ID, CONSUMER))
+    )
+    # the DAG is unpaused and daily: the scheduler starts the latest interval's run by itself
+    first = stack.wait("the first scheduled run", lambda: [r for r in stack.runs() if r["run_type"] == "scheduled"])[0]
+    assert stack.finished(first["dag_run_id"]) == "success", stack.tails()
+    counts = _run(stack, first["dag_run_id"])["counts"]
+    assert counts["new"] == len(FILES) and counts["failed"] == 0
+
+    # the summary task's asset event carries the counts ...
+    events = http.get("/api/v2/assets/events", params={"source_dag_id": DAG_ID}).json()["asset_events"]
+    [event] = [e for e in events if e["source_run_id"] == first["dag_run_id"]]
+    assert event["uri"] == "tributary://index/sqlite/tributary" and event["source_task_id"] == "summary"
+    assert event["extra"]["new"] == len(FILES) and event["extra"]["source"] == "files:audit"
+    # ... and the downstream DAG scheduled on the asset ran because of it
+    consumer = stack.wait("the downstream DAG run", lambda: stack.runs(CONSUMER))[0]
+    assert consumer["run_type"] == "asset_triggered"
+    assert stack.finished(consumer["dag_run_id"], CONSUMER) == "success", stack.tails()
+    upstream = http.get(f"/api/v2/dags/{CONSUMER}/dagRuns/{consumer['dag_run_id']}/upstreamAssetEvents").json()
+    assert [e["extra"]["new"] for e in upstream["asset_events"]] == [len(FILES)]
+
+
+def test_trigger_with_conf_resyncs_only_the_named_item(stack: Stack) -> None:
+    _touch(stack.docs / "a.md", "# Alpha\n\nAlpha now covers mangrove deltas.\n")
+    _touch(stack.docs / "b.md", "# Beta\n\nBeta now explains eel migration.\n")
+    run_id = stack.trigger({"only_keys": ["a.md"]})
+    assert stack.finished(run_id) == "success", stack.tails()
+    run = _run(stack, run_id)
+    assert run["params"]["only_keys"] == ["a.md"] and run["run_type"] == "manual"
+    touched = {k: i["action"] for k, i in _items(stack, run_id).items() if i["action"] != "unchanged"}
+    assert touched == {"a.md": "changed"}
+
+    # a conf that breaks the Params' JSON schema is refused before any run exists
+    before = len(stack.runs())
+    resp = stack.http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {"max_items": 0}})
+    assert resp.status_code == 400, resp.text
+    resp = stack.http.post(
+        f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {"window_start": "last tuesday"}}
+    )
+    assert resp.status_code == 400, resp.text
+    assert len(stack.runs()) == before
+
+
+def test_dry_run_reports_and_writes_nothing(stack: Stack) -> None:
+    from include.index.sqlite_fts import SqliteFtsIndex
+
+    _touch(stack.docs / "c.md", "# Gamma\n\nGamma now covers storm surges.\n")
+    _touch(stack.docs / "f.md", "# Phi\n\nPhi is a new note on wetlands.\n")
+
+    def snapshot() -> tuple[dict, dict]:
+        index = SqliteFtsIndex(stack.env["TRIBUTARY_INDEX_PATH"], index_name="tributary")
+        store = stack.store()
+        try:
+            chunks = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}
+            items = {
+                k: (s.content_hash, s.version.to_dict() if s.version else None)
+                for k, s in store.items("files:audit").items()
+            }
+            return chunks, items
+        finally:
+            index.close()
+            store.close()
+
+    before = snapshot()
+    run_id = stack.trigger({"dry_run": True})
+    assert stack.finished(run_id) == "success", stack.tails()
+    assert snapshot() == before
+    counts = _run(stack, run_id)["counts"]
+    assert counts["dry_run"] is True
+    assert (counts["would_add"], counts["would_update"], counts["would_delete"]) == (1, 2, 0)
+    assert counts["chunks_written"] == 0 and counts["new"] == counts["changed"] == 0
+    items = _items(stack, run_id)
+    assert {k: i["action"] for k, i in items.items()} == {"b.md": "changed", "c.md": "changed", "f.md": "new"}
+    assert all(i["reason"].startswith("dry run") for i in items.values())
+
+
+def test_backfill_over_three_intervals_resyncs_each_intervals_edits(stack: Stack) -> None:
+    days = [dt.datetime(2026, 11, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
+    for n, day in enumerate(days, 1):
+        _touch(
+            stack.docs / f"e{n}.md",
+            f"# Event {n}\n\nEvent {n} happened on day {day:%d}.\n",
+            day + dt.timedelta(hours=12),
+        )
+    resp = stack.http.post(
+        "/api/v2/backfills",
+        json={
+            "dag_id": DAG_ID,
+            "from_date": days[0].isoformat(),
+            "to_date": days[-1].isoformat(),
+            "reprocess_behavior": "none",
+            "max_active_runs": 1,
+            "dag_run_conf": {},
+        },
+    )
+    assert resp.status_code == 200, resp.text
+    backfill_id = resp.json()["id"]
+
+    def backfill_runs() -> list[dict[str, Any]] | None:
+        runs = [r for r in stack.runs() if r["run_type"] == "backfill"]
+        return runs if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    runs = stack.wait(f"backfill {backfill_id}", backfill_runs, timeout=300)
+    assert {r["state"] for r in runs} == {"success"}, stack.tails()
+    for run in runs:
+        start = dt.datetime.fromisoformat(run["data_interval_start"])
+        logged = _run(stack, run["dag_run_id"])
+        assert logged["run_type"] == "backfill"
+        # the run's window is its data interval, and it synced exactly what was modified inside it
+        assert logged["window_start"].replace(tzinfo=dt.UTC) == start
+        assert logged["window_end"].replace(tzinfo=dt.UTC) == start + dt.timedelta(days=1)
+        n = days.index(start) + 1
+        touched = {k: i["action"] for k, i in _items(stack, run["dag_run_id"]).items() if i["action"] != "unchanged"}
+        assert touched == {f"e{n}.md": "new"}, (start, touched)
+    # edits made "today" (b.md, c.md, f.md) lie outside every interval: still pending
+    store = stack.store()
+    try:
+        assert store.get_item("files:audit", "f.md") is None
+    finally:
+        store.close()
+
+
+def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
+    # the plugin is registered with its app and its navigation entry
+    plugins = stack.http.get("/api/v2/plugins").json()["plugins"]
+    [ours] = [p for p in plugins if p["name"] == "tributary"]
+    assert ours["fastapi_apps"][0]["url_prefix"] == "/tributary"
+    assert {v["destination"] for v in ours["external_views"]} == {"nav", "dag_run"}
+    # lineage is not public: no Airflow token, no page
+    assert httpx.get(f"{stack.base_url}/tributary/api/runs").status_code == 401
+    runs_json = stack.http.get("/tributary/api/runs", params={"source": "files:audit"}).json()
+    backfill = next(r for r in runs_json if r["run_type"] == "backfill")
+
+    binary = chromium_binary()
+    if binary is None:
+        print("SKIP reason: no chromium binary (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    browser = Browser(binary)
+    try:
+        login = f"{stack.base_url}/auth/token/login?next="
+        browser.goto(login + "/tributary/", ready="document.querySelectorAll('table tr').length > 3")
+        page = browser.text()
+        assert "Runs per source" in page and "files:audit" in page and backfill["run_id"] in page
+        browser.screenshot(ARTIFACTS / "audit-runs.png")
+
+        # the backfill run: its item with action, version and links
+        browser.eval(f"document.querySelector('a[href*=\"{backfill['run_id'][:20]}\"]').click()")
+        browser.wait_for("location.pathname.startsWith('/tributary/runs/') && document.readyState === 'complete'")
+        page = browser.text()
+        assert "new" in page and "modified_time=2026-11-0" in page and "backfill" in page
+        assert browser.eval(
+            "[...document.querySelectorAll('a')].some(a => a.href.includes('/dags/sync_files_audit/runs/'))"
+        )
+        browser.screenshot(ARTIFACTS / "audit-run.png")
+
+        # item history from the manual run's page: a.md new -> changed
+        manual = next(r for r in runs_json if r["params"].get("only_keys") == ["a.md"])
+        browser.goto(f"{stack.base_url}/tributary/runs/{manual['run_id']}?action=changed")
+        browser.eval("document.querySelector('a[href*=\"items?source=\"]').click()")
+        browser.wait_for("location.pathname === '/tributary/items' && document.readyState === 'complete'")
+        page = browser.text()
+        assert "a.md" in page and "changed" in page and "new" in page
+        browser.screenshot(ARTIFACTS / "audit-item-history.png")
+
+        # the same pages inside Airflow's UI (navigation entry -> iframe)
+        browser.goto(f"{stack.base_url}/plugin/tributary", ready="!!document.querySelector('iframe')")
+        browser.wait_for(
+            "(() => { const f = document.querySelector('iframe'); return f && f.contentDocument && f.contentDocument.body && f.contentDocument.body.innerText.includes('Runs per source'); })()"
+        )
+        assert "Tributary audit" in browser.text()
+        browser.screenshot(ARTIFACTS / "airflow-nav-audit.png")
+
+        # the trigger form: Params with titles and descriptions
+        browser.goto(
+            f"{stack.base_url}/dags/{DAG_ID}",
+            ready="[...document.querySelectorAll('button')].some(b => b.innerText.trim() === 'Trigger')",
+        )
+        browser.eval("[...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Trigger').click()")
+        browser.wait_for(
+            "document.body.innerText.includes('Run Parameters') || document.body.innerText.includes('Advanced Options')"
+        )
+        # open the parameters section if it is collapsed
+        browser.eval(
+            "[...document.querySelectorAll('button')].filter(b => /Run Parameters|Advanced Options/.test(b.innerText)).forEach(b => b.getAttribute('aria-expanded') === 'false' && b.click())"
+        )
+        browser.wait_for(
+            "document.body.innerText.includes('Full resync') && document.body.innerText.includes('Only these items')"
+        )
+        page = browser.text()
+        assert "Dry run" in page and "Window start" in page and "Re-sync exactly these items" in page
+        browser.screenshot(ARTIFACTS / "trigger-form.png")
+    finally:
+        browser.close()
+    for name in ("audit-runs", "audit-run", "audit-item-history", "airflow-nav-audit", "trigger-form"):
+        assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000
