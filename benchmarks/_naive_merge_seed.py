@@ -46,7 +46,7 @@ def get_delimiters(delimiters: str) -> str:
     return "|".join(dels)
 
 
-def naive_merge(sections, chunk_token_num=128, delimiter="\n。；！？", overlapped_percent=0):  # noqa: ANN001, ANN201
+def naive_merge(sections, chunk_token_num=128, delimiter="\n。；！？", overlapped_percent=0):
     if not sections:
         return []
     if isinstance(sections, str):
@@ -55,7 +55,7 @@ def naive_merge(sections, chunk_token_num=128, delimiter="\n。；！？", overl
         sections = [(s, "") for s in sections]
     cks, tk_nums = [""], [0]
 
-    def add_chunk(t, pos):  # noqa: ANN001, ANN202
+    def add_chunk(t, pos):
         nonlocal cks, tk_nums
         tnum = num_tokens_from_string(t)
         if tnum < 8:
@@ -78,7 +78,7 @@ def naive_merge(sections, chunk_token_num=128, delimiter="\n。；！？", overl
         if num_tokens_from_string(sec) < chunk_token_num:
             add_chunk("\n" + sec, pos)
             continue
-        for sub_sec in re.split(r"(%s)" % dels, sec, flags=re.DOTALL):
+        for sub_sec in re.split(f"({dels})", sec, flags=re.DOTALL):
             if re.match(f"^{dels}$", sub_sec):
                 continue
             add_chunk("\n" + sub_sec, pos)
