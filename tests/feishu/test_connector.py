@@ -197,3 +197,16 @@ def test_trigger_polls_tickets_to_terminal_states(sim: FeishuSimulator, feishu_c
 def test_known_evidence_round_trip() -> None:
     ev = VersionEvidence(modified_time="1700000000")
     assert VersionEvidence.from_dict(ev.to_dict()) == ev
+
+
+def test_doc_trashed_while_exporting_is_not_found(sim: FeishuSimulator, feishu_conn: str) -> None:
+    folder = sim.add_folder("f")
+    doc = sim.add("docx", "将被删除", folder, "x")
+    sim.set_export(doc, 0, pending_polls=2)
+    with _connector([folder]) as c:
+        changes = c.discover(DiscoveryRequest(known={})).changes
+        tickets, _ = c.start_exports(changes)
+        sim.trash(doc)
+        c.poll_exports(tickets)
+        _docs, [(key, err)] = c.finish_batch(changes, tickets)
+    assert key == doc and err.reason == "not_found" and not err.retryable

@@ -458,6 +458,8 @@ class FeishuSimulator:
                     return sim._err(404, 1069914, "invalid file token")
                 task.polls += 1
                 sim.counters["export_polls"] += 1
+                if sim.items[task.token].trashed and task.finished_at is None:
+                    return sim._err(410, 1069906, "docs deleted")
                 result: dict[str, Any] = {
                     "file_extension": task.ext,
                     "type": task.type,

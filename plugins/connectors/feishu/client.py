@@ -235,7 +235,10 @@ class FeishuClient:
         """Run ``fn(token)`` under the budget; on a rejected token refresh it once and retry."""
         for refresh in (False, True):
             token = self.tokens.get()
-            self.budget.acquire(api, max_wait=self.settings.rate_limit_max_wait)
+            try:
+                self.budget.acquire(api, max_wait=self.settings.rate_limit_max_wait)
+            except TimeoutError as exc:  # the shared budget stayed full: same as a server 429
+                raise FeishuRateLimited(f"local request budget: {exc}") from exc
             try:
                 return fn(token)
             except FeishuTokenInvalid:

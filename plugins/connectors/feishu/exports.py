@@ -92,10 +92,13 @@ class ExportTicket:
             self.file_name = result.get("file_name")
             return
         self.state = "failed"
-        self.error_reason = f"export_status_{status}"
+        # "done" without a file to download is a malformed answer, not Feishu's status 0.
+        self.error_reason = f"export_status_{status}" if status else "export_bad_response"
 
     def failure(self) -> FetchError:
         msg = f"export of {self.doc_type} {self.item_key} ended with job_status={self.job_status}: {self.job_error_msg}"
+        if self.error_reason in ("not_found", "permission_denied", "export_poll_error", "export_bad_response"):
+            msg = f"export of {self.doc_type} {self.item_key}: {self.error_reason}: {self.job_error_msg}"
         if self.error_reason == "export_timeout":
             msg = f"export of {self.doc_type} {self.item_key} still pending at the deadline ({self.polls} polls)"
         retryable = self.job_status in _RETRYABLE_STATUSES or self.error_reason in (
@@ -154,7 +157,10 @@ class AsyncExportPoller:
     async def _poll_once(self, ticket: ExportTicket) -> dict[str, Any]:
         for refresh in (False, True):
             token = await asyncio.to_thread(self._sync.tokens.get)
-            await self._sync.budget.acquire_async("export_poll", max_wait=self.settings.rate_limit_max_wait)
+            try:
+                await self._sync.budget.acquire_async("export_poll", max_wait=self.settings.rate_limit_max_wait)
+            except TimeoutError as exc:
+                raise FeishuRateLimited(f"local request budget: {exc}") from exc
             try:
                 resp = await self._http.get(
                     f"/drive/v1/export_tasks/{ticket.ticket}",
@@ -198,7 +204,13 @@ async def poll_tickets(
             try:
                 t.apply(await poller.poll(t))
             except FeishuError as exc:
-                t.state, t.error_reason, t.job_error_msg = "failed", "export_poll_error", str(exc)[:300]
+                # Deleted or unshared while rendering is final; anything else may pass next run.
+                reason = "export_poll_error"
+                if isinstance(exc, FeishuNotFoundError):
+                    reason = "not_found"
+                elif isinstance(exc, FeishuPermissionError):
+                    reason = "permission_denied"
+                t.state, t.error_reason, t.job_error_msg = "failed", reason, str(exc)[:300]
                 return
             if t.state != "pending":
                 return
