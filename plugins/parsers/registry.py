@@ -9,6 +9,7 @@ converted into ``ParseError(corrupt)`` here so that one file never fails a batch
 
 from __future__ import annotations
 
+import contextlib
 import mimetypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -190,46 +191,63 @@ def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDoc
     """Run the parser in a forked child; kill it when the time budget (+ grace) runs out.
 
     Cooperative deadline checks cannot interrupt a C library stuck inside one call; a process
-    can always be killed. Fork keeps start-up cheap (no re-import) and the child exits with
+    can always be killed. A bare ``os.fork`` (not :mod:`multiprocessing`) keeps start-up cheap,
+    needs no re-import, and also works inside daemonic worker processes, which multiprocessing
+    refuses to let have children. The child reports through a pipe as JSON and leaves with
     ``os._exit`` so no inherited atexit handler or buffer runs twice.
     """
-    import multiprocessing
+    import json
     import os
+    import select
+    import signal
+    import time
 
     from plugins.parsers._common import Limits
 
     budget = Limits.from_options(ctx.options).time_budget_s
-    mp = multiprocessing.get_context("fork")
-    receiver, sender = mp.Pipe(duplex=False)
-
-    def child() -> None:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 0
         try:
-            result: tuple[str, Any] = ("ok", _run(spec, data, ctx).to_dict())
-        except ParseError as exc:
-            result = ("error", (exc.code.value, exc.message))
-        except BaseException as exc:
-            result = ("error", (ParseErrorCode.CORRUPT.value, f"{spec.name}: {type(exc).__name__}: {exc}"))
-        try:
-            sender.send(result)
+            os.close(read_fd)
+            try:
+                result: dict[str, Any] = {"ok": _run(spec, data, ctx).to_dict()}
+            except ParseError as exc:
+                result = {"error": [exc.code.value, exc.message]}
+            payload = json.dumps(result).encode("utf-8")
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(write_fd, view) :]
+        except BaseException:
+            status = 1
         finally:
-            os._exit(0)
-
-    proc = mp.Process(target=child, daemon=True)
-    proc.start()
-    sender.close()
+            os._exit(status)
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + budget + 2.0
     try:
-        if not receiver.poll(budget + 2.0):
-            raise ParseError(ParseErrorCode.TIMEOUT, f"{spec.name}: no result within the {budget:g}s time budget")
-        try:
-            status, payload = receiver.recv()
-        except EOFError as exc:  # the child died: segfault in C code, or killed for memory
-            proc.join(1.0)
-            raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died ({proc.exitcode})") from exc
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ParseError(ParseErrorCode.TIMEOUT, f"{spec.name}: no result within the {budget:g}s time budget")
+            ready, _, _ = select.select([read_fd], [], [], remaining)
+            if ready:
+                chunk = os.read(read_fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
     finally:
-        receiver.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5.0)
-    if status == "ok":
-        return ParsedDocument.from_dict(payload)
-    raise ParseError(payload[0], payload[1])
+        os.close(read_fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _, wait_status = os.waitpid(pid, 0)
+    if not chunks:  # the child died without a word: segfault in C code, or killed for memory
+        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died (status {wait_status})")
+    try:
+        result = json.loads(b"".join(chunks))
+    except ValueError as exc:
+        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died mid-answer") from exc
+    if "ok" in result:
+        return ParsedDocument.from_dict(result["ok"])
+    raise ParseError(result["error"][0], result["error"][1])

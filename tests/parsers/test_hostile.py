@@ -129,3 +129,26 @@ def test_random_bytes_only_ever_raise_parse_error(name: str):
             parse_bytes(data, name)
         except ParseError as err:
             assert isinstance(err.code, ParseErrorCode)
+
+
+def _parse_pdf_and_report(conn) -> None:  # runs in a daemonic child
+    try:
+        doc = parse_bytes(build_pdf([[(72, 100, 11, "inside a daemon")]]), "d.pdf")
+        conn.send(doc.text)
+    except Exception as exc:
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+
+
+def test_isolated_parser_runs_inside_a_daemonic_worker():
+    # Celery/Airflow pool workers are daemonic; multiprocessing forbids them children, os.fork does not
+    import multiprocessing
+
+    mp = multiprocessing.get_context("fork")
+    receiver, sender = mp.Pipe(duplex=False)
+    proc = mp.Process(target=_parse_pdf_and_report, args=(sender,), daemon=True)
+    proc.start()
+    assert receiver.poll(60)
+    assert receiver.recv() == "inside a daemon"
+    proc.join(10)

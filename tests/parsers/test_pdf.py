@@ -122,6 +122,21 @@ def test_encrypted_pdf(lo_convert):
     assert "Operations handbook" in doc.text
 
 
+@needs_soffice
+def test_encrypted_pdf_with_empty_user_password_opens(lo_convert):
+    # permissions-only encryption (owner password, empty user password) is common and readable
+    src = lo_convert(SOURCE_HTML.encode(), "html", "docx:MS Word 2007 XML")
+    options = (
+        'pdf:writer_pdf_Export:{"EncryptFile":{"type":"boolean","value":"true"},'
+        '"RestrictPermissions":{"type":"boolean","value":"true"},'
+        '"PermissionPassword":{"type":"string","value":"owner"},"Changes":{"type":"long","value":"0"}}'
+    )
+    data = lo_convert(src, "docx", options)
+    assert b"/Encrypt" in data
+    doc = parse_bytes(data, "restricted.pdf")
+    assert "Operations handbook" in doc.text
+
+
 def test_page_cap():
     with pytest.raises(ParseError) as err:
         parse_bytes(build_pdf([_page(i) for i in range(4)]), "big.pdf", max_pages=3)
