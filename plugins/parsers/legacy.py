@@ -8,6 +8,7 @@ budget and is killed whole when it overruns.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -31,7 +32,10 @@ _LOCK = threading.Lock()
 
 def _profile_dir() -> Path:
     path = Path(tempfile.gettempdir()) / f"tributary-lo-{os.getuid()}-{os.getpid()}"
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.mkdir(parents=True)
+        # the profile lives as long as this process (LibreOffice's first start is the slow one)
+        atexit.register(shutil.rmtree, path, True)
     return path
 
 
