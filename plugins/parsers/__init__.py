@@ -1,6 +1,20 @@
 """Parsers: pure ``bytes -> ParsedDocument`` functions, one module per format family.
 
 Importing this package registers every built-in parser with the registry.
+
+Options (a source's ``parser:`` mapping, passed as ``parse_document(raw, options)``):
+
+* ``first_row_as_header``: true / false / "auto" (default) for XLSX, CSV/TSV and DOCX/PPTX tables;
+* ``include_hidden_sheets``: read hidden XLSX sheets too (default false);
+* ``pdf_password``: password for encrypted PDFs (an empty user password is always tried);
+* ``isolate``: run the parser in a forked child killed at the time budget (default: PDF only);
+* limits, flat or under ``limits:`` -- ``max_bytes`` (256 MiB), ``max_pages`` (5,000),
+  ``max_rows`` (1,000,000), ``max_blocks``, ``zip_max_entries`` (100,000),
+  ``zip_max_uncompressed`` (512 MiB), ``zip_max_ratio`` (200), ``time_budget_s`` (120).
+
+Every failure is a :class:`include.contract.ParseError` with a code: ``unsupported``,
+``encrypted``, ``corrupt``, ``too_large``, ``bomb``, ``timeout`` or ``empty`` (no text; the reason
+says "javascript shell" for script-rendered pages and "needs OCR" for scanned PDFs).
 """
 
 from plugins.parsers.registry import ParseContext, get_parser, parse_document, register_parser, sniff_media_type

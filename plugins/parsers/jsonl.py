@@ -73,7 +73,13 @@ def parse_json(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     text, _ = decode_text(data, ctx.declared_type)
-    doc = _loads(text)
+    try:
+        doc = _loads(text)
+    except ParseError as exc:
+        # JSON Lines saved as .json is common: "Extra data" after the first value says so
+        if "Extra data" in exc.message and text.lstrip()[:1] in ("{", "["):
+            return parse_jsonl(data, ctx)
+        raise
     builder = BlockBuilder(limits.max_blocks)
     found = _record_array(doc)
     if found is not None:

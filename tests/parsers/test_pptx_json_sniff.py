@@ -155,3 +155,8 @@ def test_encrypted_ooxml_container():
     with pytest.raises(ParseError) as err:
         parse_bytes(ole, "locked.docx")
     assert err.value.code == ParseErrorCode.ENCRYPTED
+
+
+def test_json_lines_saved_as_json():
+    doc = parse_bytes(b'{"a": 1}\n{"a": 2}\n', "events.json")
+    assert [b.positions[0].line for b in doc.blocks] == [1, 2]
