@@ -28,6 +28,10 @@ _FETCH_OPERATORS = {
     "feishu": "plugins.connectors.feishu.operators.FeishuExportFetchOperator",
 }
 
+# Airflow validates Params with jsonschema but without a format checker, so "format: date-time"
+# only drives the UI's picker; the pattern is what refuses "last tuesday" at trigger time.
+_ISO_8601 = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$"
+
 _PARAMS = {
     "full_resync": Param(
         False,
@@ -53,6 +57,7 @@ _PARAMS = {
         None,
         type=["null", "string"],
         format="date-time",
+        pattern=_ISO_8601,
         title="Window start",
         description=(
             "Only items modified at or after this time (ISO 8601, e.g. 2026-11-01T00:00:00+00:00). "
@@ -63,6 +68,7 @@ _PARAMS = {
         None,
         type=["null", "string"],
         format="date-time",
+        pattern=_ISO_8601,
         title="Window end",
         description="Only items modified before this time (ISO 8601). Empty: no upper bound.",
     ),
