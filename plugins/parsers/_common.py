@@ -130,6 +130,7 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16-be"),
 )
 
+_SINGLE_BYTE_DEFAULTS = frozenset({"cp1252", "latin-1", "iso8859-1", "iso8859-15"})
 _CT_CHARSET = re.compile(r"""charset\s*=\s*["']?([A-Za-z0-9_.:\-]+)""", re.I)
 
 
@@ -175,6 +176,13 @@ def decode_text(data: bytes, declared_type: str | None = None, hints: tuple[str 
         if label and label not in candidates:
             candidates.append(label)
     for codec in candidates:
+        if codec in _SINGLE_BYTE_DEFAULTS and not data.isascii():
+            # "ISO-8859-1" is many servers' default label, not a statement about the page: text
+            # that is valid UTF-8 with multi-byte sequences is practically never real cp1252.
+            try:
+                return data.decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                pass
         try:
             return data.decode(codec), codec
         except UnicodeDecodeError:

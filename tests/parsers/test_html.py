@@ -166,3 +166,11 @@ def test_no_network_no_entities():
     html = '<!DOCTYPE html [<!ENTITY x SYSTEM "file:///etc/passwd">]><html><body><p>a &x; b</p></body></html>'
     doc = _parse(html)
     assert "root:" not in doc.text
+
+
+def test_utf8_page_behind_a_default_latin1_header():
+    page = '<html><head><meta charset="utf-8"></head><body><p>Grüße, 你好</p></body></html>'.encode()
+    assert _parse(page, declared="text/html; charset=ISO-8859-1").blocks[0].text == "Grüße, 你好"
+    # a real latin-1 page (not valid UTF-8) still decodes as declared
+    latin = "<html><body><p>Grüße aus Köln</p></body></html>".encode("latin-1")
+    assert _parse(latin, declared="text/html; charset=ISO-8859-1").blocks[0].text == "Grüße aus Köln"
