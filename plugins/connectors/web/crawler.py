@@ -386,7 +386,9 @@ class Crawler:
                 self._keep_alive(url)
             return
         self.counts["not_modified"] += 1
-        if not cached.noindex:
+        if key in self._emitted:
+            self.counts["duplicate_canonical"] += 1
+        elif not cached.noindex:
             self._emitted.add(key)
             self.result.all_keys.add(key)
             self.result.changes.append(
