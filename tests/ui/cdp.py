@@ -89,7 +89,8 @@ class Browser:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {expression!r} on {self.eval('location.href')}")
+                page = (self.text() or "")[:2000]
+                raise AssertionError(f"timed out waiting for {expression!r} on {self.eval('location.href')}:\n{page}")
             time.sleep(0.25)
 
     def goto(self, url: str, ready: str = "document.readyState === 'complete'", timeout: float = 60) -> None:

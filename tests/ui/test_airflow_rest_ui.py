@@ -222,10 +222,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
         s.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        s.http = httpx.Client(base_url=s.base_url, timeout=30)
+        # tasks talk to the API server's execution API: it must be up before anything is scheduled
+        s.wait("the API server", lambda: s.http.get("/api/v2/version").status_code == 200)
         s.start("scheduler", "scheduler")
         s.start("dag-processor", "dag-processor")
-        s.http = httpx.Client(base_url=s.base_url, timeout=30)
-        s.wait("the API server", lambda: s.http.get("/api/v2/version").status_code == 200)
         s.http.headers["Authorization"] = "Bearer " + s.http.get("/auth/token").json()["access_token"]
         yield s
     finally:
@@ -386,8 +387,10 @@ def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
     [ours] = [p for p in plugins if p["name"] == "tributary"]
     assert ours["fastapi_apps"][0]["url_prefix"] == "/tributary"
     assert {v["destination"] for v in ours["external_views"]} == {"nav", "dag_run"}
-    # lineage is not public: no Airflow token, no page
-    assert httpx.get(f"{stack.base_url}/tributary/api/runs").status_code == 401
+    # lineage is behind Airflow's authentication: a forged token is refused (with
+    # simple_auth_manager_all_admins, as here, a request without any token counts as admin)
+    forged = httpx.get(f"{stack.base_url}/tributary/api/runs", headers={"Authorization": "Bearer forged"})
+    assert forged.status_code == 403, forged.text
     runs_json = stack.http.get("/tributary/api/runs", params={"source": "files:audit"}).json()
     backfill = next(r for r in runs_json if r["run_type"] == "backfill")
 
