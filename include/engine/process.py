@@ -26,7 +26,7 @@ from include.engine.manifests import (
 from include.index import DocumentRecord, DocumentWrite, IndexBackend
 from include.staging import StagingArea
 from plugins.chunkers.registry import chunk_document
-from plugins.connectors.base import Connector, FetchError
+from plugins.connectors.base import Connector
 from plugins.parsers.registry import parse_document
 
 __all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]
@@ -54,15 +54,9 @@ def _failure(entry: dict[str, Any], stage: str, reason: str, error: str, retryab
 
 
 def fetch_stage(batch_path: str, connector: Connector) -> str:
-    """Generic fetch: ``connector.fetch`` for every change of the batch."""
-    fetched, failures = [], []
-    for change in read_batch(batch_path):
-        try:
-            fetched.append(connector.fetch(change))
-        except FetchError as exc:
-            failures.append(ItemFailure(change.item_key, exc.reason, str(exc), exc.retryable, "fetch"))
-        except Exception as exc:  # a connector bug on one item must not lose the batch
-            failures.append(ItemFailure(change.item_key, "fetch_error", f"{type(exc).__name__}: {exc}", True, "fetch"))
+    """Generic fetch: ``connector.fetch_batch`` over the batch's changes."""
+    fetched, errors = connector.fetch_batch(read_batch(batch_path))
+    failures = [ItemFailure(key, exc.reason, str(exc), exc.retryable, "fetch") for key, exc in errors]
     return write_fetched_manifest(batch_path, fetched, failures)
 
 

@@ -105,6 +105,23 @@ class Connector(abc.ABC):
     @abc.abstractmethod
     def fetch(self, change: Change) -> RawDocument: ...
 
+    def fetch_batch(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
+        """Fetch a whole batch: (documents, [(item_key, error)]).
+
+        The default calls :meth:`fetch` per change; connectors whose source works in batches
+        (Feishu creates every export of a batch, then polls them together) override it.
+        """
+        docs: list[RawDocument] = []
+        failures: list[tuple[str, FetchError]] = []
+        for change in changes:
+            try:
+                docs.append(self.fetch(change))
+            except FetchError as exc:
+                failures.append((change.item_key, exc))
+            except Exception as exc:  # a connector bug on one item must not lose the batch
+                failures.append((change.item_key, FetchError(f"{type(exc).__name__}: {exc}")))
+        return docs, failures
+
     def list_keys(self) -> set[str] | None:
         """Every current item key, or None when the source cannot list completely.
 
