@@ -1,10 +1,10 @@
 """Greedy packing of one run of blocks (paragraphs, or table rows) into token-bounded chunks.
 
-Layout: short consecutive blocks are grouped into units of about ``limit`` bytes (joined by
-``"\\n"``), blocks longer than ``limit`` bytes are cut at delimiter ends into pieces of about
-``limit / 2`` bytes; each unit is encoded once (:class:`Run`). Few, mid-sized units keep both the
-tokenizer calls and the per-unit bookkeeping cheap; cut points inside a unit are resolved lazily,
-only in the unit where a chunk ends.
+Layout: short consecutive blocks are grouped into units of about ``2 * limit`` bytes (at least
+2 KiB, joined by ``"\\n"``), blocks longer than ``limit`` bytes are cut at delimiter ends into
+pieces of about ``limit`` bytes (at least 1 KiB); each unit is encoded once (:class:`Run`).
+Few, mid-sized units keep both the tokenizer calls and the per-unit bookkeeping cheap; cut
+points inside a unit are resolved lazily, only in the unit where a chunk ends.
 
 A chunk is a contiguous byte range of the run, optionally preceded by a prefix (heading path,
 table header) and starting with ``overlap`` tokens that end the previous chunk. Cut points, best
@@ -83,8 +83,8 @@ class _Layout:
 
 
 def _layout(texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]) -> _Layout:
-    group_target = max(64, limit)
-    piece_target = max(64, limit // 2)
+    group_target = max(2048, 2 * limit)
+    piece_target = max(1024, limit)
     lay = _Layout([], [], [], [], [])
     group: list[str] = []
     group_bytes = 0
@@ -320,7 +320,8 @@ def pack_run(
                 prefix = Prefix(heading_path=prefix.heading_path)
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
-        if run.decode(pos, cut).strip() or folded:
+        body = run.data[pos:cut]
+        if folded or (body.strip() and (body.isascii() or not run.decode(pos, cut).isspace())):
             first_block = min(first_block, bisect_right(block_starts, start) - 1)
             last_block = bisect_right(block_starts, cut - 1) - 1
             overlap_end = prev[1] if prev is not None and start < pos else start
