@@ -60,13 +60,28 @@ def index_dataset(index: IndexConfig) -> tuple[str, str]:
         path = Path(index.options.get("path") or get_settings().index_path).resolve()
         return f"sqlite://{path}", index.name
     if index.backend == "elasticsearch":
+        import os
         from urllib.parse import urlsplit
 
-        hosts = index.options.get("hosts") or index.options.get("url") or index.options.get("host") or "localhost:9200"
-        first = hosts[0] if isinstance(hosts, list | tuple) else str(hosts)
-        parts = urlsplit(first if "://" in first else f"http://{first}")
+        # same resolution order as include/index/_es_client.py: url option, env, connection
+        url = index.options.get("url") or (
+            None if index.options.get("conn_id") else os.environ.get("ELASTICSEARCH_URL")
+        )
+        if not url:
+            url = _connection_url(index.options.get("conn_id") or "elasticsearch_default")
+        parts = urlsplit(url if "://" in url else f"http://{url}")
         return f"elasticsearch://{parts.hostname}:{parts.port or 9200}", index.name
     return f"tributary-{index.backend}", index.name
+
+
+def _connection_url(conn_id: str) -> str:
+    try:
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(conn_id)
+        return f"{conn.host or 'localhost'}:{conn.port or 9200}"
+    except Exception:  # no connection: name the default address rather than fail the task
+        return "localhost:9200"
 
 
 def operator_lineage(
