@@ -163,3 +163,19 @@ def test_address_guard_resolves_names() -> None:
     with pytest.raises(BlockedAddress):
         asyncio.run(AddressGuard(allow_private=True).resolve("metadata.google.internal", 80))
     assert "127.0.0.1" in asyncio.run(AddressGuard(allow=["127.0.0.1", "::1"]).resolve("localhost", 80))
+
+
+def test_link_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from plugins.connectors.web.cache import CachedPage, LinkCache
+
+    cache = LinkCache(tmp_path / "c.sqlite")
+    cache.put(CachedPage("https://e.com/a", "https://e.com/a", '"v1"', None, "text/html", ["https://e.com/b"]))
+    cache.put(CachedPage("https://e.com/b", "https://e.com/b", None, "Mon, 01 Jan 2024 00:00:00 GMT", "text/html"))
+    cache.close()
+    cache = LinkCache(tmp_path / "c.sqlite")  # persisted
+    page = cache.get("https://e.com/a")
+    assert page is not None and page.links == ["https://e.com/b"]
+    assert page.matches('"v1"', None) and not page.matches('"v2"', None) and not page.matches(None, None)
+    assert cache.retain({"https://e.com/a"}) == 1
+    assert cache.get("https://e.com/b") is None
+    cache.close()

@@ -94,6 +94,19 @@ class LinkCache:
             self._flush_locked()
             self._db.execute("DELETE FROM pages WHERE url = ?", (url,))
 
+    def retain(self, urls: set[str]) -> int:
+        """Drop pages not in ``urls`` (after a complete crawl: they left the site's link graph).
+        Returns how many were dropped."""
+        with self._lock:
+            self._flush_locked()
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS keep (url TEXT PRIMARY KEY)")
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM keep")
+            self._db.executemany("INSERT OR IGNORE INTO keep VALUES (?)", ((u,) for u in urls))
+            dropped = self._db.execute("DELETE FROM pages WHERE url NOT IN (SELECT url FROM keep)").rowcount
+            self._db.execute("COMMIT")
+            return dropped
+
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()

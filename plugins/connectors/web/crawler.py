@@ -258,6 +258,9 @@ class Crawler:
             await asyncio.gather(*workers, return_exceptions=True)
             self.cache.flush()
         self.result.complete = not self._truncated and self._unexpanded == 0
+        if self.result.complete and self.o.max_depth is None and not self.o.include and not self.o.exclude:
+            # Forget pages that fell out of the site (only when this crawl saw all of it).
+            self.counts["cache_dropped"] = self.cache.retain(self._seen)
         self.result.stats = self._stats()
         log.info("crawl finished: %s", self._summary_line())
         return self.result
