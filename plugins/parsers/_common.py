@@ -215,13 +215,18 @@ _WS = re.compile(r"[ \t\r\n\f\v\u00a0\u200b]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+_HSPACE = re.compile(r"[ \t\f\v\u00a0\u200b]+")
+_LINE_BREAKS = re.compile(r" ?(?:\r\n?|\n)(?: ?(?:\r\n?|\n))* ?")
+
+
 def clean_text(text: str, keep_newlines: bool = False) -> str:
     """Fold whitespace runs (optionally keeping line breaks) and drop control characters."""
-    text = _CONTROL.sub("", text)
+    if _CONTROL.search(text):
+        text = _CONTROL.sub("", text)
     if not keep_newlines:
         return _WS.sub(" ", text).strip()
-    lines = (_WS.sub(" ", line).strip() for line in text.splitlines())
-    return "\n".join(line for line in lines if line)
+    # whole-text passes (not one per line): fold spaces, then collapse blank lines
+    return _LINE_BREAKS.sub("\n", _HSPACE.sub(" ", text)).strip()
 
 
 # --------------------------------------------------------------------------- blocks
@@ -234,7 +239,7 @@ class BlockBuilder:
     the chain of headings it sits under.
     """
 
-    def __init__(self, max_blocks: int = Limits.max_blocks) -> None:
+    def __init__(self, max_blocks: int = 2_000_000) -> None:
         self.blocks: list[Block] = []
         self._stack: list[tuple[int, str]] = []
         self._max_blocks = max_blocks

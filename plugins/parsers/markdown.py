@@ -33,7 +33,33 @@ def _md() -> MarkdownIt:
     # Block structure comes from markdown-it; inline markup is stripped by the regexes below.
     # The inline tokenizer is a third of markdown-it's time and we only need the plain text.
     md.core.ruler.disable("inline")
+    # reference definitions are removed by a line scan before parsing (see below): markdown-it's
+    # rule for them is tried on every paragraph line and costs a tenth of the parse
+    md.block.ruler.disable("reference")
     return md
+
+
+_MD = _md()
+_REF_DEF = re.compile(r"\[[^\]\n]+\]:[ \t]*\S")
+
+
+def _drop_reference_definitions(body: str) -> str:
+    """Blank out link reference definition lines (outside code), keeping line numbers."""
+    if "]:" not in body:
+        return body
+    lines = body.split("\n")
+    fence = ""
+    for i, line in enumerate(lines):
+        stripped = line.lstrip(" ")
+        indent = len(line) - len(stripped)
+        if fence:
+            if stripped.startswith(fence):
+                fence = ""
+        elif indent < 4 and stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif indent < 4 and stripped.startswith("[") and _REF_DEF.match(stripped):
+            lines[i] = ""
+    return "\n".join(lines)
 
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
@@ -63,21 +89,27 @@ def _strip_inline(src: str) -> str:
         codes.append(char)
         return f"\x00{len(codes) - 1}\x00"
 
-    text = _CODE_SPAN.sub(keep_code, src)
-    text = _HARD_BREAK.sub("\n", text)
-    # escaped characters are literal: park them so no markup rule sees them
-    text = _ESCAPE.sub(lambda m: keep_code_literal(m.group(1)), text)
-    text = _IMAGE.sub(lambda m: m.group(1), text)
+    # each rule runs only when its trigger character occurs: most lines need one or two
+    text = _CODE_SPAN.sub(keep_code, src) if "`" in src else src
+    if "\n" in text:
+        text = _HARD_BREAK.sub("\n", text)
+    if "\\" in text:  # escaped characters are literal: park them so no markup rule sees them
+        text = _ESCAPE.sub(lambda m: keep_code_literal(m.group(1)), text)
+    if "![" in text:
+        text = _IMAGE.sub(lambda m: m.group(1), text)
+    has_emphasis = "*" in text or "_" in text or "~" in text
     for _ in range(3):  # links can nest inside emphasis and vice versa
-        text = _LINK.sub(lambda m: m.group(1), text)
-        new = _EMPHASIS.sub(lambda m: m.group(2) if m.group(1) else m.group(4), text)
+        new = _LINK.sub(lambda m: m.group(1), text) if "[" in text else text
+        if has_emphasis:
+            new = _EMPHASIS.sub(lambda m: m.group(2) if m.group(1) else m.group(4), new)
         if new == text:
             break
         text = new
-    text = _AUTOLINK.sub(lambda m: m.group(1), text)
-    text = _HTML_TAG.sub("", text)
-    text = html.unescape(text) if "&" in text else text
-    return re.sub("\x00(\\d+)\x00", lambda m: codes[int(m.group(1))], text)
+    if "<" in text:
+        text = _HTML_TAG.sub("", _AUTOLINK.sub(lambda m: m.group(1), text))
+    if "&" in text:
+        text = html.unescape(text)
+    return re.sub("\x00(\\d+)\x00", lambda m: codes[int(m.group(1))], text) if codes else text
 
 
 def _inline_text(tok: Token) -> str:
@@ -229,7 +261,7 @@ def parse_markdown(data: bytes, ctx: ParseContext) -> ParsedDocument:
     text, encoding = decode_text(data, ctx.declared_type)
     meta, body, offset = _front_matter(text)
     builder = BlockBuilder(limits.max_blocks)
-    _Renderer(builder, deadline, offset).render(_md().parse(body))
+    _Renderer(builder, deadline, offset).render(_MD.parse(_drop_reference_definitions(body)))
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "no text content")
     title = meta.get("title")

@@ -84,3 +84,10 @@ def test_empty_text_is_typed_error():
     with pytest.raises(ParseError) as err:
         _parse(b"  \n\n ", "blank.txt")
     assert err.value.code == ParseErrorCode.EMPTY
+
+
+def test_markdown_reference_definitions_are_not_text():
+    md = b"See [the docs][docs] and [site].\n\n[docs]: https://example.com/docs\n[site]: https://example.com\n\n```\n[kept]: in code\n```\n"
+    doc = _parse(md, "r.md")
+    assert [b.text for b in doc.blocks] == ["See the docs and [site].", "[kept]: in code"]
+    assert doc.blocks[1].positions[0].line == 6
