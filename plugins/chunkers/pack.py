@@ -104,12 +104,12 @@ def _layout(texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]) -> _La
             lay.block_unit.append(len(lay.units))
             lay.block_local.append(0)
             prev = 0
-            for m in pieces_re.finditer(text):
-                end = m.end()
-                if end - prev >= piece_target and end < len(text):
-                    lay.units.append(text[prev:end])
-                    lay.joined.append(False)
-                    prev = end
+            # One search per piece (not one match per line): the first delimiter run that ends
+            # at least piece_target characters after the piece start.
+            while (m := pieces_re.search(text, prev + piece_target - 1)) is not None and m.end() < len(text):
+                lay.units.append(text[prev : m.end()])
+                lay.joined.append(False)
+                prev = m.end()
             lay.units.append(text[prev:])
             lay.joined.append(True)
             continue

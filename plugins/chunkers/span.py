@@ -233,11 +233,30 @@ class Run:
         """The unit containing byte ``off`` (a join byte belongs to the unit before it)."""
         return bisect_right(self.starts, off) - 1
 
-    def unit_token_ends(self, unit: int) -> list[int]:
-        """Local byte ends of the unit's tokens (built only for units that get cut inside)."""
+    def unit_token_ends(self, unit: int, off: int | None = None, k: int | None = None) -> list[int]:
+        """Local byte ends of the unit's tokens, built lazily and only as far as asked.
+
+        With ``off`` the list covers local byte offset ``off`` (its last end lies beyond it, so a
+        bisection is exact); with ``k`` it holds at least ``k`` ends; with neither, all of them.
+        Only units where a chunk starts or ends are looked into, mostly up to the cut.
+        """
         ends = self._unit_ends.get(unit)
         if ends is None:
-            ends = self._unit_ends[unit] = list(accumulate(map(self._lengths.__getitem__, self.tokens[unit])))
+            ends = self._unit_ends[unit] = []
+        toks = self.tokens[unit]
+        total = len(toks)
+        lengths = self._lengths
+        while len(ends) < total:
+            n = len(ends)
+            if off is None and k is None:
+                step = total - n
+            elif (off is None or (n and ends[-1] > off)) and (k is None or n >= k):
+                break
+            else:
+                step = 256
+            it = accumulate(map(lengths.__getitem__, toks[n : n + step]), initial=ends[-1] if n else 0)
+            next(it)
+            ends.extend(it)
         return ends
 
     def tokens_before(self, off: int) -> int:
@@ -248,7 +267,7 @@ class Run:
             return self.cum[unit]
         if off >= self.ends[unit]:
             return self.cum[unit] + self.ntok[unit]
-        return self.cum[unit] + bisect_right(self.unit_token_ends(unit), local)
+        return self.cum[unit] + bisect_right(self.unit_token_ends(unit, off=local), local)
 
     def offset_of(self, position: int) -> int:
         """Byte offset where approximate run token ``position`` starts (inverse of tokens_before)."""
@@ -258,7 +277,7 @@ class Run:
             return self.starts[unit]
         if local >= self.ntok[unit]:
             return self.ends[unit]
-        return self.starts[unit] + self.unit_token_ends(unit)[local - 1]
+        return self.starts[unit] + self.unit_token_ends(unit, k=local)[local - 1]
 
     def is_char_start(self, off: int) -> bool:
         return off <= 0 or off >= len(self.data) or self.data[off] & 0xC0 != 0x80
@@ -290,7 +309,7 @@ class Run:
                     return
                 yield off, k
             return
-        ue = self.unit_token_ends(unit)
+        ue = self.unit_token_ends(unit, off=end - base)
         if backwards:
             last = bisect_right(ue, end - base - 1) - 1
             for k in range(last, max(last - scan, -1), -1):
@@ -311,7 +330,8 @@ class Run:
             return 0
         if off >= self.ends[unit]:
             return self.ntok[unit]
-        return bisect_right(self.unit_token_ends(unit), off - self.starts[unit])
+        local = off - self.starts[unit]
+        return bisect_right(self.unit_token_ends(unit, off=local), local)
 
     def last_hard_before(self, start: int, end: int, scan: int = _SCAN) -> int:
         """Last hard boundary at a token end in ``(start, end)`` of ``end``'s unit, else ``start``."""
