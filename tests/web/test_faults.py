@@ -331,3 +331,20 @@ def test_progress_is_logged(fault_site, tributary_home: Path, tmp_path: Path, ca
     final = [r.getMessage() for r in caplog.records if r.getMessage().startswith("crawl finished")]
     assert len(progress) == 2  # 5 pages, a line every 2
     assert len(final) == 1 and "fetched=5" in final[0] and "skipped={'skipped_depth': 2}" in final[0]
+
+
+def test_redirect_into_robots_disallowed_path_is_refused(tributary_home: Path, tmp_path: Path) -> None:
+    from fastapi.responses import RedirectResponse
+
+    site = FaultSite(robots="User-agent: *\nDisallow: /private/\n")
+    app = site.app()
+
+    @app.get("/moved.html")
+    async def moved() -> RedirectResponse:
+        return RedirectResponse("/private/page.html", status_code=301)
+
+    with serve_asgi(app) as base:
+        run = Run(make_connector(seeds=[f"{base}/moved.html"], use_sitemaps=False), tmp_path / "s")
+    assert run.discovery.stats["errors"] == {"redirect_disallowed_by_robots": 1}
+    assert "/private/page.html" not in site.paths()
+    assert not run.changes

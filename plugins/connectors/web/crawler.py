@@ -157,6 +157,7 @@ class Crawler:
         self._seen: set[str] = set()  # URLs queued or fetched
         self._emitted: set[str] = set()  # item keys reported as documents
         self._processed = 0
+        self._completed = 0
         self._truncated = False
         self._unexpanded = 0
 
@@ -181,10 +182,20 @@ class Crawler:
 
     # ------------------------------------------------------------------ frontier
 
-    def _hop_refusal(self, url: str) -> str | None:
+    def _scope_refusal(self, url: str) -> str | None:
         if not self.scope.in_scope(url):
             return "redirect_out_of_scope"
         return None
+
+    def _hop_refusal(self, url: str) -> str | None:
+        """Redirect targets of pages must be in scope and allowed by the target host's
+        robots.txt (when already loaded: same-host redirects, the common case)."""
+        refusal = self._scope_refusal(url)
+        if refusal is None and self.o.respect_robots:
+            robots = self.robots.cached_for(url)
+            if robots is not None and not robots.allows(url, self.o.robots_agent):
+                return "redirect_disallowed_by_robots"
+        return refusal
 
     def _skip_reason(self, url: str, depth: int) -> str | None:
         if not self.scope.in_scope(url):
@@ -225,7 +236,7 @@ class Crawler:
             if url is None or url in done or not self.scope.in_scope(url):
                 continue
             done.add(url)
-            result = await self.fetcher.fetch(url, hop_allowed=self._hop_refusal)
+            result = await self.fetcher.fetch(url, hop_allowed=self._scope_refusal)
             self._account(result)
             if result.status != 200 or result.error:
                 continue
@@ -337,7 +348,8 @@ class Crawler:
         else:
             self.errors[f"http_{result.status}"] += 1
             self._keep_alive(final)
-        if self._processed % self.o.log_every == 0:
+        self._completed += 1  # counted on completion: workers finish out of order
+        if self._completed % self.o.log_every == 0:
             log.info("crawl progress: %s", self._summary_line())
 
     def _account(self, result: FetchResult) -> None:

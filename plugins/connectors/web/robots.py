@@ -60,6 +60,11 @@ class RobotsCache:
                 self._hosts[origin] = await self._load(origin)
         return self._hosts[origin]
 
+    def cached_for(self, url: str) -> HostRobots | None:
+        """The rules for ``url``'s host if already loaded (no I/O), else None."""
+        parts = urlsplit(url)
+        return self._hosts.get(f"{parts.scheme}://{parts.netloc}")
+
     def loaded(self) -> dict[str, HostRobots]:
         return dict(self._hosts)
 
