@@ -195,7 +195,9 @@ class _Cutter:
     def _sentence_cut(self, pos: int, unit: int, bound: int, max_tokens: int) -> int:
         """Furthest delimiter end in ``unit`` (not past ``bound``) within ``max_tokens``."""
         run = self.run
-        end = min(run.ends[unit], bound)
+        # Look no further than the token where the budget runs out: a huge block without
+        # delimiters must not be scanned again for every chunk.
+        end = min(run.ends[unit], bound, run.offset_of(max_tokens + 1))
         offs = [m.end() for m in self.delimiters.finditer(run.data, max(pos, run.starts[unit]), end)]
         k = self._furthest(offs, 0, len(offs), max_tokens)
         return offs[k] if k >= 0 else pos
