@@ -1,7 +1,8 @@
 """Command line: ``python -m include.cli <command>`` (``--json`` on any query for machine output).
 
 sources                       configured sources and their DAG ids
-sync SOURCE [--full-resync]   run a sync in-process (same stages as the DAG)
+sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--window-end T]
+                              run a sync in-process (same stages as the DAG)
 search QUERY [--source S]     BM25 search of the index, with each hit's lineage
 runs [--source S]             recent runs with their counts
 run RUN_ID [--action A]       one run: counts and per-item lineage
@@ -54,7 +55,15 @@ def cmd_sources(args: argparse.Namespace) -> int:
 def cmd_sync(args: argparse.Namespace) -> int:
     from include.engine import get_source, run_pipeline
 
-    params = {"full_resync": args.full_resync, "dry_run": args.dry_run, "max_items": args.max_items}
+    params = {
+        "full_resync": args.full_resync,
+        "dry_run": args.dry_run,
+        "max_items": args.max_items,
+        "only_keys": args.only_key or [],
+        "window_start": args.window_start,
+        "window_end": args.window_end,
+        "allow_mass_delete": args.allow_mass_delete,
+    }
     summary = run_pipeline(get_source(args.source), params)
     _emit(summary, args.json, f"run {summary.run_id}: {summary.status}\n" + json.dumps(summary.counts, indent=2))
     return 0
@@ -210,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-resync", action="store_true")
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--max-items", type=int)
+    p.add_argument("--only-key", action="append", metavar="KEY", help="re-sync only this item (repeatable)")
+    p.add_argument("--window-start", metavar="ISO8601", help="only items modified at or after this time")
+    p.add_argument("--window-end", metavar="ISO8601", help="only items modified before this time")
+    p.add_argument("--allow-mass-delete", action="store_true")
     p.set_defaults(fn=cmd_sync)
     p = sub.add_parser("search", parents=[common])
     p.add_argument("query")

@@ -7,8 +7,10 @@ version it came from; the CLI answers the same questions as JSON.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,39 @@ def test_failed_item_lineage_keeps_error_and_previous_version(source) -> None:
         assert history["state"]["failure_count"] == 1 and history["state"]["version"] is not None
     finally:
         store.close()
+
+
+def test_cli_sync_dry_run_window_and_only_key(source, capsys) -> None:
+    src, root = source
+    run_pipeline(src)
+    old = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC).timestamp()
+    (root / "rivers.md").write_text("# Rivers\n\nRivers also carry driftwood.\n", encoding="utf-8")
+    os.utime(root / "rivers.md", (old, old))
+    _touch_now(root / "tides.txt", "Tides now rise three times a day.\n")
+    index = open_index(src.index)
+    before = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}
+
+    dry = _cli_json(capsys, "sync", "files:lin", "--dry-run")
+    assert dry["counts"]["dry_run"] is True and dry["counts"]["would_update"] == 2
+    assert {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()} == before
+
+    # a window around March re-syncs only what was modified in it
+    windowed = _cli_json(
+        capsys, "sync", "files:lin", "--window-start", "2026-03-01T00:00:00Z", "--window-end", "2026-03-02T00:00:00Z"
+    )
+    store = open_state_store()
+    try:
+        changed = [i["item_key"] for i in run_report(store, windowed["run_id"], "changed")["items"]]
+        assert changed == ["rivers.md"]
+        only = _cli_json(capsys, "sync", "files:lin", "--only-key", "tides.txt")
+        assert [i["item_key"] for i in run_report(store, only["run_id"], "changed")["items"]] == ["tides.txt"]
+        assert store.get_run(only["run_id"])["params"]["only_keys"] == ["tides.txt"]
+    finally:
+        store.close()
+        index.close()
+
+
+def _touch_now(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+    later = time.time() + 30
+    os.utime(path, (later, later))
