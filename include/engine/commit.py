@@ -167,17 +167,20 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
             st.last_error, st.last_error_reason = failure["error"][:2000], failure["reason"]
             st.last_seen_run = ctx.run_id
             states.append(st)
+            # Nothing to index is not an error of ours: a JavaScript-only page or an empty file is
+            # recorded as skipped, with its reason (and still looked at again next run).
+            action = "skipped" if failure["reason"] == "parse:empty" else "failed"
             lineage.append(
                 RunItem(
                     item_key=key,
-                    action="failed",
+                    action=action,
                     doc_id=st.doc_id,
                     reason=f"{failure['stage']}: {failure['reason']}",
                     version_before=st.version.to_dict() if st.version else None,
                     error=failure["error"][:2000],
                 )
             )
-            counts["failed"] += 1
+            counts[action] += 1
 
     # 5. absent-but-kept items and quarantined ones
     for key, misses in plan["missing"].items():
@@ -206,6 +209,8 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     ):
         result.setdefault(key, 0)
     result["missing_not_deleted"] = len(plan["missing"])
+    # the connector's own counters (a crawl's fetched / not modified / skipped / errors by kind)
+    result["source_stats"] = plan["stats"]
     result["listing_complete"] = bool(plan["complete"])
     log.info("%s: committed %s", sid, result)
     return result

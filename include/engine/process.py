@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
-from include.contract import Chunk, ParsedDocument, ParseError, document_id
+from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, document_id
 from include.engine.manifests import (
     ItemFailure,
     load_raw,
@@ -74,7 +74,10 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
         try:
             doc = parse_document(load_raw(entry), source.parser)
         except ParseError as exc:
-            out["failures"].append(_failure(entry, "parse", f"parse:{exc.code.value}", exc.message, True))
+            # Retrying only helps when the bytes may parse next time (a timeout, a corrupt download);
+            # an encrypted or unsupported file fails the same way until it changes at the source.
+            retryable = exc.code in (ParseErrorCode.TIMEOUT, ParseErrorCode.CORRUPT)
+            out["failures"].append(_failure(entry, "parse", f"parse:{exc.code.value}", exc.message, retryable))
             continue
         digest = doc.content_hash()
         entry = {

@@ -164,3 +164,12 @@ def test_retain_raw_keeps_staged_bytes_for_audit(tributary_home: Path, folder: P
     staged = [i["staged_path"] for i in store.run_items(summary.run_id) if i["action"] == "new"]
     assert len(staged) == 6 and all(Path(p).is_file() for p in staged)
     assert not list(Path(staged[0]).parent.parent.glob("*.json"))  # manifests are cleaned
+
+
+def test_javascript_shell_page_is_skipped_with_its_reason(tributary_home: Path, folder: Path) -> None:
+    shell = '<html><head><script src="/app.js"></script></head><body><div id="root"></div></body></html>'
+    (folder / "app.html").write_text(shell, encoding="utf-8")
+    summary = run_pipeline(_source(folder))
+    assert summary.counts["skipped"] == 1 and summary.counts["failed"] == 0
+    item = next(i for i in open_state_store().run_items(summary.run_id) if i["item_key"] == "app.html")
+    assert item["action"] == "skipped" and "javascript" in item["error"].lower()

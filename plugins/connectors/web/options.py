@@ -10,7 +10,7 @@ from plugins.connectors.web.urls import canonicalize
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_USER_AGENT", "WebOptions"]
 
-DEFAULT_USER_AGENT = "Tributary/0.1 (+https://github.com/tributary-sync/tributary; knowledge-base sync crawler)"
+DEFAULT_USER_AGENT = "Tributary/0.1 (knowledge-base sync crawler; operators set options.user_agent with a contact URL)"
 
 # What the parser registry can turn into text. Anything else is skipped without downloading
 # the body (images, archives, media).
