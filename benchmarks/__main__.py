@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_readme:
         readme = HERE / "README.md"
         if not readme.exists():
-            readme.write_text("# Benchmarks\n\nResults appended by `python -m benchmarks <name>`.\n\n", encoding="utf-8")
+            readme.write_text(
+                "# Benchmarks\n\nResults appended by `python -m benchmarks <name>`.\n\n", encoding="utf-8"
+            )
         with readme.open("a", encoding="utf-8") as fh:
             fh.write(table)
     return 0

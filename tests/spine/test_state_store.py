@@ -12,10 +12,7 @@ from include.stores import ItemState, RunItem, StateStore
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'state.db'}"
-    else:
-        url = request.getfixturevalue("postgres_url")
+    url = f"sqlite:///{tmp_path / 'state.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
     s = StateStore(url)
     yield s
     s.close()
@@ -66,4 +63,4 @@ def test_run_log_and_lineage_are_idempotent(store: StateStore) -> None:
     store.start_run("r2", "web:t")
     store.record_run_items("r2", "web:t", [RunItem("a", "changed")])
     assert [h["action"] for h in store.item_history("web:t", "a")] == ["new", "changed"]
-    assert [r["run_id"] for r in store.runs("web:t")][0] == "r2"
+    assert next(r["run_id"] for r in store.runs("web:t")) == "r2"
