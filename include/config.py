@@ -63,8 +63,9 @@ class SourceConfig(BaseModel):
     delete_after_missing_runs: int = Field(default=1, ge=1)
     # a run that would delete more than this share of the source's items deletes nothing
     mass_delete_threshold: float = Field(default=0.2, ge=0.0, le=1.0)
-    # keep the run's raw bytes (e.g. rebuilt spreadsheets) in staging after success, for audit
-    retain_raw: bool = False
+    # keep the run's raw bytes (e.g. rebuilt spreadsheets) in staging after success, for audit;
+    # None lets the connector decide (Connector.retain_raw)
+    retain_raw: bool | None = None
     tags: list[str] = Field(default_factory=list)
     description: str | None = None
 

@@ -60,10 +60,14 @@ class StagingArea:
     def write_json(self, name: str, obj: Any) -> str:
         return self.write_bytes(name, json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8"))
 
-    def stage_raw(self, item_key: str, data: bytes) -> str:
-        """Store an item's raw bytes under a name derived from its key."""
+    def stage_raw(self, item_key: str, data: bytes, file_name: str = "") -> str:
+        """Store an item's raw bytes under a name derived from its key (keeping the file's
+        extension, so a retained file opens with the right program)."""
         digest = hashlib.sha256(item_key.encode("utf-8")).hexdigest()[:32]
-        return self.write_bytes(f"raw/{digest}.bin", data)
+        suffix = Path(file_name).suffix.lower()
+        if not re.fullmatch(r"\.[a-z0-9]{1,8}", suffix):
+            suffix = ".bin"
+        return self.write_bytes(f"raw/{digest}{suffix}", data)
 
     # -- reading -----------------------------------------------------------------------------
     @staticmethod

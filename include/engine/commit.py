@@ -276,5 +276,10 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()
     store.finish_run(ctx.run_id, "success", counts)
-    staging.cleanup(keep_raw=ctx.source.retain_raw)
+    keep_raw = ctx.source.retain_raw
+    if keep_raw is None:
+        from plugins.connectors.base import get_connector_class
+
+        keep_raw = get_connector_class(ctx.source.kind).retain_raw
+    staging.cleanup(keep_raw=keep_raw)
     return counts

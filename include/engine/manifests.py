@@ -71,7 +71,7 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     items = []
     for raw in fetched:
         entry = dict(by_key[raw.item_key])
-        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data)
+        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
         entry["raw"] = {
             "file_name": raw.file_name,
             "media_type": raw.media_type,

@@ -94,6 +94,9 @@ class Connector(abc.ABC):
     # Dotted path of an operator that replaces the generic fetch task (e.g. a deferrable one
     # that waits for exports in the triggerer). Same input and output manifests as the generic one.
     fetch_operator: ClassVar[str | None] = None
+    # Keep fetched bytes in staging after a successful run unless the source config says otherwise
+    # (connectors that *build* the bytes, like Yuque's lakesheet -> .xlsx, keep them for audit).
+    retain_raw: ClassVar[bool] = False
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         self.source = source

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import openpyxl
 import pytest
 
 from include.contract import document_id
@@ -70,6 +71,14 @@ def test_full_sync_then_no_change_edit_and_delete(space):
     html_chunks = index.chunk_ids(source=sid, doc_id=ids["html"])
     index.close()
     assert html_chunks
+    # the rebuilt lakesheet workbook stays in staging for audit, named in the lineage
+    store = open_state_store()
+    try:
+        sheet_item = next(i for i in store.run_items(first.run_id) if i["doc_id"] == ids["sheet"])
+    finally:
+        store.close()
+    workbook = openpyxl.load_workbook(sheet_item["staged_path"])
+    assert any("苹果" in str(c.value) for ws in workbook.worksheets for row in ws.iter_rows() for c in row)
 
     # no change: one listing per repo, no document body, nothing written
     sim.reset_counters()

@@ -76,6 +76,8 @@ class _Walk:
 @register_connector
 class YuqueConnector(Connector):
     kind = "yuque"
+    # rebuilt lakesheet workbooks (and the other bodies) stay in staging after a run, for audit
+    retain_raw = True
 
     def __init__(
         self, source: SourceConfig, context: ConnectorContext | None = None, *, client: YuqueClient | None = None
