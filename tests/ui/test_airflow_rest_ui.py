@@ -6,13 +6,15 @@ Started once for the module; the tests run in order on one ``files`` source:
    triggers the example downstream DAG scheduled on the asset;
 2. a manual trigger with a conf (``only_keys``) re-syncs exactly that item;
 3. a dry run reports what would change and writes nothing;
-4. a backfill over three daily intervals re-syncs what was modified inside each interval;
+4. a backfill over three daily intervals re-syncs what was modified inside each interval, for
+   the folder source and for a Yuque source (the simulator, on 127.0.0.1);
 5. the audit pages (plugin) and the trigger form render in Chromium (screenshots in
    tests/artifacts/ui/).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -32,12 +34,15 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import PG_ADMIN_URL, ROOT
-from tests.support.server import free_port
+from tests.simulators.yuque import YuqueSimulator
+from tests.support.server import free_port, serve_asgi
 from tests.ui.cdp import Browser, chromium_binary
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
 
 DAG_ID = "sync_files_audit"
+YUQUE_DAG = "sync_yuque_kb"
+YUQUE_TOKEN = "alice-token-0123456789"
 CONSUMER = "reembed_tributary_index"
 ARTIFACTS = ROOT / "tests" / "artifacts" / "ui"
 FILES = {
@@ -74,6 +79,7 @@ class Stack:
     logs: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http: httpx.Client | None = None
+    yuque: YuqueSimulator | None = None
 
     def start(self, name: str, *args: str) -> None:
         log = (self.logs / f"{name}.log").open("wb")
@@ -125,8 +131,8 @@ class Stack:
         resp.raise_for_status()
         return resp.json()["dag_runs"]
 
-    def trigger(self, conf: dict[str, Any]) -> str:
-        resp = self.http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+    def trigger(self, conf: dict[str, Any], dag_id: str = DAG_ID) -> str:
+        resp = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
         assert resp.status_code == 200, resp.text
         return resp.json()["dag_run_id"]
 
@@ -172,11 +178,29 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         "schedule": "@daily",
                         "options": {"root": str(docs)},
                         "batch_size": 2,
-                    }
+                    },
+                    {
+                        "kind": "yuque",
+                        "name": "kb",
+                        # daily at 06:00: its run ids differ from the files DAG's (see the report:
+                        # the run log is keyed by Airflow run id alone, which is unique per DAG only)
+                        "schedule": "0 6 * * *",
+                        "conn_id": "yuque_default",
+                        "options": {"namespaces": ["alice/kb"]},
+                        # its own index: the files source's asset consumer sees only files runs
+                        "index": {"backend": "sqlite", "name": "yuque"},
+                    },
                 ]
             }
         )
     )
+    sim = YuqueSimulator()
+    sim.add_account("alice", token=YUQUE_TOKEN)
+    kb = sim.add_repo("alice", "kb", "知识库")
+    doc = sim.add_doc(kb, "入职指南", body="# 入职指南\n\n新同事第一天请到前台领取工牌。")
+    doc.updated_at = doc.content_updated_at = "2026-10-01T12:00:00.000Z"  # before every backfill interval
+    exits = contextlib.ExitStack()
+    yuque_url = exits.enter_context(serve_asgi(sim.app))
     (root / "logs").mkdir()
     name = f"tributary_ui_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -211,11 +235,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "TRIBUTARY_STAGING_DIR": str(root / "tributary" / "staging"),
         "TRIBUTARY_SOURCES": str(root / "sources.yaml"),
         "TRIBUTARY_TASK_RETRIES": "0",
+        "AIRFLOW_CONN_YUQUE_DEFAULT": json.dumps(
+            {
+                "conn_type": "yuque",
+                "host": yuque_url,
+                "password": YUQUE_TOKEN,
+                "extra": {"backoff_initial": 0.01, "backoff_max": 0.05, "max_retry_after": 0.05},
+            }
+        ),
     }
     for var in ("TRIBUTARY_REDIS_URL", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW_CONN_TRIBUTARY_ALERTS"):
         env.pop(var, None)
     (root / "tributary").mkdir()
-    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs")
+    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs", yuque=sim)
     try:
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
@@ -233,6 +265,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         if s.http is not None:
             s.http.close()
         s.stop()
+        exits.close()
         with admin.connect() as conn:
             conn.execute(
                 sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
@@ -379,6 +412,61 @@ def test_backfill_over_three_intervals_resyncs_each_intervals_edits(stack: Stack
         assert store.get_item("files:audit", "f.md") is None
     finally:
         store.close()
+
+
+def test_yuque_backfill_over_three_intervals(stack: Stack) -> None:
+    sim = stack.yuque
+    first = stack.wait(
+        "the first Yuque run", lambda: [r for r in stack.runs(YUQUE_DAG) if r["run_type"] == "scheduled"]
+    )[0]
+    assert stack.finished(first["dag_run_id"], YUQUE_DAG) == "success", stack.tails()
+    assert _run(stack, first["dag_run_id"])["counts"]["new"] == 1
+    [kb] = sim.repos.values()
+    days = [dt.datetime(2026, 11, d, tzinfo=dt.UTC) for d in (1, 2, 3)]
+    for n, day in enumerate(days, 1):
+        doc = sim.add_doc(kb, f"周报 {n}", body=f"# 周报 {n}\n\n第 {n} 天的记录。")
+        doc.updated_at = doc.content_updated_at = f"{day:%Y-%m-%d}T12:00:00.000Z"
+    # an edit made today lies outside every interval: the backfill must leave it alone
+    [onboarding] = [d for d in kb.docs.values() if d.title == "入职指南"]
+    onboarding.body = "# 入职指南\n\n工牌改到三楼领取。"
+    onboarding.updated_at = onboarding.content_updated_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    key = f"alice/kb/{onboarding.id}"
+    store = stack.store()
+    try:
+        hash_before = store.get_item("yuque:kb", key).content_hash
+    finally:
+        store.close()
+    resp = stack.http.post(
+        "/api/v2/backfills",
+        json={
+            "dag_id": YUQUE_DAG,
+            "from_date": days[0].isoformat(),
+            "to_date": (days[-1] + dt.timedelta(hours=12)).isoformat(),
+        },
+    )
+    assert resp.status_code == 200, resp.text
+
+    def backfill_runs() -> list[dict[str, Any]] | None:
+        runs = [r for r in stack.runs(YUQUE_DAG) if r["run_type"] == "backfill"]
+        return runs if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    runs = stack.wait("the Yuque backfill", backfill_runs, timeout=300)
+    assert {r["state"] for r in runs} == {"success"}, stack.tails()
+    store = stack.store()
+    try:
+        states = store.items("yuque:kb")
+    finally:
+        store.close()
+    titles = {k: st.title for k, st in states.items()}
+    assert states[key].content_hash == hash_before
+    for run in runs:
+        start = dt.datetime.fromisoformat(run["data_interval_start"])
+        assert (start.hour, start.minute) == (6, 0)  # intervals are [day 06:00, next day 06:00)
+        logged = _run(stack, run["dag_run_id"])
+        assert logged["source"] == "yuque:kb" and logged["run_type"] == "backfill"
+        assert logged["window_start"].replace(tzinfo=dt.UTC) == start
+        touched = {k: i["action"] for k, i in _items(stack, run["dag_run_id"]).items() if i["action"] != "unchanged"}
+        assert {titles[k]: a for k, a in touched.items()} == {f"周报 {start.day}": "new"}, (start, touched)
 
 
 def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
