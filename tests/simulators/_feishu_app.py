@@ -1,0 +1,269 @@
+"""HTTP routes of the Feishu simulator (see tests/simulators/feishu.py for the model)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, ONLINE_TYPES, _Task
+
+if TYPE_CHECKING:
+    from tests.simulators.feishu import FeishuSimulator
+
+
+def build_app(sim: FeishuSimulator) -> FastAPI:
+    app = FastAPI(title="Feishu simulator")
+
+    @app.post("/open-apis/auth/v3/tenant_access_token/internal")
+    async def tenant_token(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        with sim._lock:
+            sim.counters["token_requests"] += 1
+            if not isinstance(body, dict) or not body.get("app_id") or not body.get("app_secret"):
+                return sim._err(400, 10003, "invalid param")
+            if body["app_id"] != sim.app_id or body["app_secret"] != sim.app_secret:
+                return JSONResponse({"code": 10014, "msg": "app secret invalid"})
+            now = sim.now()
+            cur = sim._current
+            if cur and sim._tokens.get(cur, 0) - now >= 1800:
+                return JSONResponse(
+                    {"code": 0, "msg": "ok", "tenant_access_token": cur, "expire": int(sim._tokens[cur] - now)}
+                )
+            token = f"t-{secrets.token_hex(20)}"
+            sim._tokens[token] = now + sim.token_lifetime
+            sim._current = token
+            sim.counters["tokens_issued"] += 1
+            return JSONResponse({"code": 0, "msg": "ok", "tenant_access_token": token, "expire": sim.token_lifetime})
+
+    @app.get("/open-apis/drive/v1/files")
+    async def list_files(request: Request) -> Response:
+        if denied := sim._gate(request, "list"):
+            return denied
+        q = request.query_params
+        folder = q.get("folder_token") or ""
+        try:
+            page_size = int(q.get("page_size") or 100)
+        except ValueError:
+            return sim._err(400, 1061002, "params error")
+        if page_size > 200 or page_size < 1:
+            return sim._err(400, 1064001, "page size out of limit")
+        with sim._lock:
+            if folder:
+                node = sim.items.get(folder)
+                if node is None or node.type != "folder" or node.trashed:
+                    return sim._err(404, 1061003, "not found")
+                if not node.shared:
+                    return sim._err(403, 1061004, "forbidden")
+                if node.list_error:
+                    return sim._err(node.list_error[0], node.list_error[1], "internal error")
+            children = [
+                i for i in sim.items.values() if i.parent == folder and not i.trashed and i.shared and not i.wiki_space
+            ]
+            children.sort(key=lambda i: (-i.modified_time, i.token))  # EditedTime DESC
+            if not folder:  # root: everything, no pagination, no shortcuts
+                return sim._ok(
+                    {"files": [sim._listing_entry(i) for i in children if i.type != "shortcut"], "has_more": False}
+                )
+            start = int(base64.urlsafe_b64decode(q["page_token"]).decode()) if q.get("page_token") else 0
+            page = children[start : start + page_size]
+            data: dict[str, Any] = {
+                "files": [sim._listing_entry(i) for i in page],
+                "has_more": start + page_size < len(children),
+            }
+            if data["has_more"]:
+                data["next_page_token"] = base64.urlsafe_b64encode(str(start + page_size).encode()).decode()
+            return sim._ok(data)
+
+    @app.post("/open-apis/drive/v1/metas/batch_query")
+    async def batch_query(request: Request) -> Response:
+        if denied := sim._gate(request, "meta"):
+            return denied
+        body = await request.json()
+        docs = body.get("request_docs") or []
+        if not 1 <= len(docs) <= 200:
+            return sim._err(400, 1061002, "params error")
+        metas, failed = [], []
+        with sim._lock:
+            for d in docs:
+                item = sim.items.get(d.get("doc_token", ""))
+                if item is None or item.trashed or item.type != d.get("doc_type"):
+                    failed.append({"token": d.get("doc_token"), "code": 970005})
+                elif not item.shared:
+                    failed.append({"token": item.token, "code": 970003})
+                else:
+                    metas.append(
+                        {
+                            "doc_token": item.token,
+                            "doc_type": item.type,
+                            "title": item.name,
+                            "owner_id": "ou_simowner",
+                            "create_time": str(item.created_time),
+                            "latest_modify_user": "ou_simeditor",
+                            "latest_modify_time": str(item.modified_time),
+                            "url": f"https://sim.feishu.cn/{item.type}/{item.token}",
+                        }
+                    )
+        return sim._ok({"metas": metas, "failed_list": failed})
+
+    @app.post("/open-apis/drive/v1/export_tasks")
+    async def create_export(request: Request) -> Response:
+        if denied := sim._gate(request, "export_create"):
+            return denied
+        body = await request.json()
+        token, kind, ext = body.get("token", ""), body.get("type", ""), body.get("file_extension", "")
+        if kind not in ONLINE_TYPES or ext not in {"docx", "pdf", "xlsx", "csv"} or not token or len(token) > 27:
+            return sim._err(400, 1069904, "invalid param")
+        if ext not in _ALLOWED_EXT[kind]:
+            return sim._err(400, 1069918, "file extension not match type")
+        if ext == "csv" and not body.get("sub_id"):
+            return sim._err(400, 1069904, "sub_id is required for csv")
+        with sim._lock:
+            item = sim.items.get(token)
+            if item is None or item.type != kind:
+                return sim._err(404, 1069914, "invalid file token")
+            if item.trashed:
+                return sim._err(404, 1069906, "docs deleted")
+            if not item.shared:
+                return sim._err(403, 1069902, "no permission")
+            ticket = str(6933093124755423251 + next(sim._seq))
+            pending = item.export_pending_polls if item.export_pending_polls is not None else sim.export_pending_polls
+            render = item.export_render_seconds
+            render = sim.export_render_seconds if render is None else render
+            sim._tasks[ticket] = _Task(ticket, token, kind, ext, pending, item.export_status, sim.now() + render)
+            sim.counters["export_creations"] += 1
+            sim.export_creations_by_token[token] += 1
+        return sim._ok({"ticket": ticket})
+
+    @app.get("/open-apis/drive/v1/export_tasks/{ticket}")
+    async def get_export(ticket: str, request: Request) -> Response:
+        if denied := sim._gate(request, "export_poll"):
+            return denied
+        token = request.query_params.get("token")
+        if not token:
+            return sim._err(400, 1069904, "invalid param: token required")
+        with sim._lock:
+            task = sim._tasks.get(ticket)
+            if task is None or task.token != token:
+                return sim._err(404, 1069914, "invalid file token")
+            task.polls += 1
+            sim.counters["export_polls"] += 1
+            if sim.items[task.token].trashed and task.finished_at is None:
+                return sim._err(410, 1069906, "docs deleted")
+            result: dict[str, Any] = {
+                "file_extension": task.ext,
+                "type": task.type,
+                "file_name": "",
+                "file_token": "",
+                "file_size": 0,
+            }
+            if task.polls <= task.pending_polls or sim.now() < task.ready_at:
+                result.update(job_status=1 if task.polls == 1 else 2, job_error_msg="")
+                return sim._ok({"result": result})
+            item = sim.items[task.token]
+            if task.finished_at is None:
+                task.finished_at = sim.now()
+                if task.status == 0:
+                    task.data = sim._render(item, task.ext)
+                    task.file_name = item.name
+                    task.file_token = sim._new_token("file")
+                    sim._files[task.file_token] = task
+            result.update(job_status=task.status, job_error_msg=_JOB_MSG.get(task.status, "error"))
+            if task.status == 0:
+                result.update(file_name=task.file_name, file_token=task.file_token, file_size=len(task.data))
+        return sim._ok({"result": result})
+
+    @app.get("/open-apis/drive/v1/export_tasks/file/{file_token}/download")
+    async def download_export(file_token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "export_download"):
+            return denied
+        with sim._lock:
+            task = sim._files.get(file_token)
+            if task is None or sim.now() > (task.finished_at or 0) + sim.export_file_ttl:
+                return sim._err(400, 1060001, "param is invalid")
+            sim.counters["export_downloads"] += 1
+            name = f"{task.file_name}.{task.ext}"
+            headers = {"content-disposition": sim._disposition(name, "rfc5987")}
+            return Response(task.data, media_type=_MIME[task.ext], headers=headers)
+
+    @app.get("/open-apis/drive/v1/files/{file_token}/download")
+    async def download_file(file_token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "file_download"):
+            return denied
+        with sim._lock:
+            item = sim.items.get(file_token)
+            if item is None or item.type != "file":
+                return sim._err(404, 1061003, "not found")
+            if item.trashed:
+                return sim._err(404, 1061007, "file has been deleted")
+            if not item.shared:
+                return sim._err(403, 1061004, "forbidden")
+            sim.counters["file_downloads"] += 1
+            data = item.content if isinstance(item.content, bytes) else str(item.content).encode()
+            headers = {"content-disposition": sim._disposition(item.name, item.disposition)}
+            return Response(data, media_type=item.media_type or "application/octet-stream", headers=headers)
+
+    @app.get("/open-apis/wiki/v2/spaces/{space_id}/nodes")
+    async def wiki_nodes(space_id: str, request: Request) -> Response:
+        if denied := sim._gate(request, "wiki_nodes"):
+            return denied
+        q = request.query_params
+        parent = q.get("parent_node_token") or None
+        page_size = min(int(q.get("page_size") or 50), 50)
+        with sim._lock:
+            nodes = [
+                i
+                for i in sim.items.values()
+                if i.wiki_space == space_id and i.wiki_parent == parent and not i.trashed and i.shared
+            ]
+            nodes.sort(key=lambda i: i.token)
+            start = int(q["page_token"]) if q.get("page_token") else 0
+            page = nodes[start : start + page_size]
+            items = [
+                {
+                    "space_id": space_id,
+                    "node_token": f"wik{i.token[3:]}",
+                    "obj_token": i.token,
+                    "obj_type": i.type,
+                    "parent_node_token": parent or "",
+                    "has_child": any(c.wiki_parent == f"wik{i.token[3:]}" for c in sim.items.values()),
+                    "title": i.name,
+                    "obj_create_time": str(i.created_time),
+                    "obj_edit_time": str(i.modified_time),
+                    "node_create_time": str(i.created_time),
+                }
+                for i in page
+            ]
+            has_more = start + page_size < len(nodes)
+            data: dict[str, Any] = {"items": items, "has_more": has_more}
+            if has_more:
+                data["page_token"] = str(start + page_size)
+        return sim._ok(data)
+
+    # -------- control plane for other processes and the demo
+    @app.get("/_sim/counters")
+    async def counters() -> dict[str, Any]:
+        with sim._lock:
+            return {
+                "counters": dict(sim.counters),
+                "export_creations_by_token": dict(sim.export_creations_by_token),
+            }
+
+    @app.post("/_sim/expire_tokens")
+    async def expire() -> dict[str, bool]:
+        sim.expire_tokens()
+        return {"ok": True}
+
+    @app.post("/_sim/burst")
+    async def burst(request: Request) -> dict[str, bool]:
+        b = await request.json()
+        sim.burst(int(b["count"]), api=b.get("api"), reset=int(b.get("reset", 1)))
+        return {"ok": True}
+
+    return app
