@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from fastapi import FastAPI, Request
 
 from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.simulators.yuque import YuqueSimulator
@@ -80,6 +81,7 @@ class Stack:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http: httpx.Client | None = None
     yuque: YuqueSimulator | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
 
     def start(self, name: str, *args: str) -> None:
         log = (self.logs / f"{name}.log").open("wb")
@@ -190,6 +192,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         # its own index: the files source's asset consumer sees only files runs
                         "index": {"backend": "sqlite", "name": "yuque"},
                     },
+                    # unscheduled; its folder does not exist, so a triggered run fails at discover
+                    {"kind": "files", "name": "broken", "schedule": None, "options": {"root": str(root / "gone")}},
                 ]
             }
         )
@@ -201,6 +205,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     doc.updated_at = doc.content_updated_at = "2026-10-01T12:00:00.000Z"  # before every backfill interval
     exits = contextlib.ExitStack()
     yuque_url = exits.enter_context(serve_asgi(sim.app))
+    alerts: list[dict[str, Any]] = []
+    hooks = FastAPI()
+
+    @hooks.post("/hooks/{token:path}")
+    async def _hook(token: str, request: Request) -> dict[str, bool]:
+        alerts.append({"token": token, "body": await request.json()})
+        return {"ok": True}
+
+    hooks_url = exits.enter_context(serve_asgi(hooks))
     (root / "logs").mkdir()
     name = f"tributary_ui_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -235,6 +248,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "TRIBUTARY_STAGING_DIR": str(root / "tributary" / "staging"),
         "TRIBUTARY_SOURCES": str(root / "sources.yaml"),
         "TRIBUTARY_TASK_RETRIES": "0",
+        "AIRFLOW_CONN_TRIBUTARY_ALERTS": json.dumps(
+            {"conn_type": "http", "extra": {"webhook_url": f"{hooks_url}/hooks/T1/B2/x"}}
+        ),
         "AIRFLOW_CONN_YUQUE_DEFAULT": json.dumps(
             {
                 "conn_type": "yuque",
@@ -244,10 +260,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             }
         ),
     }
-    for var in ("TRIBUTARY_REDIS_URL", "AIRFLOW__OPENLINEAGE__TRANSPORT", "AIRFLOW_CONN_TRIBUTARY_ALERTS"):
+    for var in ("TRIBUTARY_REDIS_URL", "AIRFLOW__OPENLINEAGE__TRANSPORT"):
         env.pop(var, None)
     (root / "tributary").mkdir()
-    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs", yuque=sim)
+    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs", yuque=sim, alerts=alerts)
     try:
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
@@ -469,6 +485,26 @@ def test_yuque_backfill_over_three_intervals(stack: Stack) -> None:
         assert {titles[k]: a for k, a in touched.items()} == {f"周报 {start.day}": "new"}, (start, touched)
 
 
+def test_failed_run_alert_posted_once_by_the_dag_processor(stack: Stack) -> None:
+    # no other run has failed so far: nothing was posted
+    assert stack.alerts == []
+    run_id = stack.trigger({}, dag_id="sync_files_broken")
+    assert stack.finished(run_id, "sync_files_broken") == "failed"
+    # the DAG-level failure callback runs in the dag-processor, after the run is marked failed
+    stack.wait("the failure alert", lambda: stack.alerts, timeout=120)
+    logged = stack.wait(
+        "the run log to show the failure", lambda: _run(stack, run_id)["status"] == "failed" and _run(stack, run_id)
+    )
+    assert "discover" in logged["error"] and "FileNotFoundError" in logged["error"]
+    # a later, unrelated request round-trip: still exactly one alert
+    assert stack.http.get("/api/v2/version").status_code == 200
+    [alert] = stack.alerts
+    assert alert["token"] == "T1/B2/x"
+    text = alert["body"]["text"]
+    assert "files:broken" in text and "failed at discover" in text and "is not a directory" in text
+    assert f"{stack.base_url}/dags/sync_files_broken/runs/" in text
+
+
 def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
     # the plugin is registered with its app and its navigation entry
     plugins = stack.http.get("/api/v2/plugins").json()["plugins"]
@@ -544,3 +580,5 @@ def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
         browser.close()
     for name in ("audit-runs", "audit-run", "audit-item-history", "airflow-nav-audit", "trigger-form"):
         assert (ARTIFACTS / f"{name}.png").stat().st_size > 10_000
+    # still exactly one failure alert, well after the failed run
+    assert len(stack.alerts) == 1
