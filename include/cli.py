@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     store = _store()
     try:
-        report = run_report(store, args.run_id, args.action)
+        report = run_report(store, args.run_id, args.action, args.source)
     finally:
         store.close()
     if report is None:
@@ -189,7 +189,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     store = _store()
     try:
-        diff = diff_runs(store, args.run_a, args.run_b)
+        diff = diff_runs(store, args.run_a, args.run_b, args.source)
     finally:
         store.close()
     if diff is None:
@@ -236,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common])
     p.add_argument("run_id")
     p.add_argument("--action", choices=["new", "changed", "unchanged", "deleted", "failed", "skipped"])
+    p.add_argument("--source", help="source id when several DAGs share a run id (e.g. scheduled__<date>)")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("item", parents=[common])
     p.add_argument("source", help="source id, e.g. web:demo")
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", parents=[common], help="item-by-item difference of two runs")
     p.add_argument("run_a")
     p.add_argument("run_b")
+    p.add_argument("--source", help="source id when several DAGs share a run id")
     p.set_defaults(fn=cmd_diff)
     return parser
 

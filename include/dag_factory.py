@@ -145,13 +145,25 @@ def _stage_name(ti: Any) -> str:
     return f"{task_id}[{map_index}]" if isinstance(map_index, int) and map_index >= 0 else task_id
 
 
+def _source_id(context: Any) -> str:
+    """The source a failing DAG syncs (run log rows are keyed by source and run id)."""
+    dag_id = getattr(context.get("dag"), "dag_id", None) or "?"
+    try:
+        from include.engine import get_source
+
+        return get_source(dag_id).source_id
+    except KeyError:
+        return dag_id.removeprefix("sync_").replace("_", ":", 1)
+
+
 def _on_task_failure(context: Any) -> None:
     """Record a failed task's error in the run log (the DAG-level callback has no exception)."""
     from include.stores import open_state_store
 
     store = open_state_store()
     try:
-        run = store.get_run(context["run_id"])
+        sid = _source_id(context)
+        run = store.get_run(context["run_id"], sid)
         if run is None:  # failed before discover opened the run: the DAG callback opens nothing
             return
         line = (
@@ -160,9 +172,25 @@ def _on_task_failure(context: Any) -> None:
         previous = [e for e in (run.get("error") or "").split("\n") if e]
         if line not in previous:
             previous.append(line[:2000])
-        store.finish_run(context["run_id"], "failed", run.get("counts") or {}, error="\n".join(previous)[-8000:])
+        store.finish_run(
+            context["run_id"], "failed", run.get("counts") or {}, error="\n".join(previous)[-8000:], source=sid
+        )
     finally:
         store.close()
+
+
+def _drop_rebuild(source_id: str, run: dict[str, Any] | None) -> None:
+    """A failed full resync must not leave a half-written index generation behind."""
+    if not run or not (run.get("params") or {}).get("full_resync") or (run.get("params") or {}).get("dry_run"):
+        return
+    from include.engine import get_source
+    from include.index import open_index
+
+    index = open_index(get_source(source_id).index)
+    try:
+        index.finish_rebuild(False)
+    finally:
+        index.close()
 
 
 def _on_failure(context: Any) -> None:
@@ -174,17 +202,19 @@ def _on_failure(context: Any) -> None:
     dag_id = getattr(dag, "dag_id", None) or "?"
     run_id = context["run_id"]
     ti = context.get("ti") or context.get("task_instance")
+    sid = _source_id(context)
     store = open_state_store()
     try:
-        run = store.get_run(run_id)
+        run = store.get_run(run_id, sid)
         if run is not None:
             error = run.get("error") or f"{_stage_name(ti)} failed ({context.get('reason') or 'task_failure'})"
-            store.finish_run(run_id, "failed", run.get("counts") or {}, error=error[:8000])
-            run = store.get_run(run_id)
-        items = store.run_items(run_id)
+            store.finish_run(run_id, "failed", run.get("counts") or {}, error=error[:8000], source=sid)
+            run = store.get_run(run_id, sid)
+            _drop_rebuild(sid, run)
+        items = store.run_items(run_id, source=sid)
     finally:
         store.close()
-    source = (run or {}).get("source") or dag_id.removeprefix("sync_").replace("_", ":", 1)
+    source = sid
     summary = build_failure_summary(
         source=source,
         dag_id=dag_id,

@@ -74,12 +74,17 @@ def _item_row(item: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def run_report(store: StateStore, run_id: str, action: str | None = None) -> dict[str, Any] | None:
-    """A run with its counts, how many items took each action, and its items (optionally one action)."""
-    run = store.get_run(run_id)
+def run_report(
+    store: StateStore, run_id: str, action: str | None = None, source: str | None = None
+) -> dict[str, Any] | None:
+    """A run with its counts, how many items took each action, and its items (optionally one action).
+
+    Airflow run ids repeat across DAGs; ``source`` picks one (default: the most recent run).
+    """
+    run = store.get_run(run_id, source)
     if run is None:
         return None
-    all_items = store.run_items(run_id)
+    all_items = store.run_items(run_id, source=run["source"])
     tally = Counter(i["action"] for i in all_items)
     items = [i for i in all_items if action is None or i["action"] == action]
     return {
@@ -97,7 +102,7 @@ def item_history(store: StateStore, source: str, item_key: str) -> dict[str, Any
     history = store.item_history(source, item_key)
     if state is None and not history:
         return None
-    runs = {h["run_id"]: store.get_run(h["run_id"]) for h in history}
+    runs = {h["run_id"]: store.get_run(h["run_id"], source) for h in history}
     rows = []
     for h in history:
         row = _item_row(h)
@@ -145,10 +150,11 @@ def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -
         return None
     chunk, config = found
     run_id = chunk.get("run_id")
-    run = store.get_run(run_id) if run_id else None
+    run = store.get_run(run_id, chunk["source"]) if run_id else None
     written = None
     if run_id:
-        written = next((i for i in store.run_items(run_id) if i["item_key"] == chunk["item_key"]), None)
+        items = store.run_items(run_id, source=chunk["source"])
+        written = next((i for i in items if i["item_key"] == chunk["item_key"]), None)
     state = store.get_item(chunk["source"], chunk["item_key"])
     lineage = _item_row(written) if written else None
     return {
@@ -187,17 +193,17 @@ def _version_key(version: Mapping[str, Any] | None) -> Any:
     return tuple(sorted((version or {}).items()))
 
 
-def diff_runs(store: StateStore, run_a: str, run_b: str) -> dict[str, Any] | None:
+def diff_runs(store: StateStore, run_a: str, run_b: str, source: str | None = None) -> dict[str, Any] | None:
     """Item-by-item difference between two runs (usually of one source, older first).
 
     ``changed`` lists items present in both runs whose action, resulting version or content
     hash differ; ``only_in_a`` / ``only_in_b`` items one run touched and the other did not.
     """
-    a, b = store.get_run(run_a), store.get_run(run_b)
+    a, b = store.get_run(run_a, source), store.get_run(run_b, source)
     if a is None or b is None:
         return None
-    items_a = {i["item_key"]: i for i in store.run_items(run_a)}
-    items_b = {i["item_key"]: i for i in store.run_items(run_b)}
+    items_a = {i["item_key"]: i for i in store.run_items(run_a, source=a["source"])}
+    items_b = {i["item_key"]: i for i in store.run_items(run_b, source=b["source"])}
     changed = []
     for key in sorted(items_a.keys() & items_b.keys()):
         ia, ib = items_a[key], items_b[key]

@@ -31,7 +31,7 @@ class TributaryPlugin(AirflowPlugin):
         {
             # a tab on every DAG run: that run's item-level lineage
             "name": "Item lineage",
-            "href": "/tributary/runs/{RUN_ID}",
+            "href": "/tributary/runs/{RUN_ID}?dag_id={DAG_ID}",
             "destination": "dag_run",
             "url_route": "tributary-run",
         },

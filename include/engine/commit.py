@@ -265,7 +265,7 @@ def end_rebuild(ctx: RunContext, success: bool) -> None:
 
 def abort_run(ctx: RunContext, store: StateStore, error: str) -> None:
     """A run failed: record it and drop a half-written rebuild (state was never committed)."""
-    store.finish_run(ctx.run_id, "failed", {}, error=error[:2000])
+    store.finish_run(ctx.run_id, "failed", {}, error=error[:2000], source=ctx.source.source_id)
     end_rebuild(ctx, success=False)
 
 
@@ -275,7 +275,7 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     staging = ctx.staging
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()
-    store.finish_run(ctx.run_id, "success", counts)
+    store.finish_run(ctx.run_id, "success", counts, source=ctx.source.source_id)
     keep_raw = ctx.source.retain_raw
     if keep_raw is None:
         from plugins.connectors.base import get_connector_class

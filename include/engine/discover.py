@@ -112,7 +112,9 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             "Re-run with allow_mass_delete=true if this is intended."
         )
         if not params.allow_mass_delete:
-            store.finish_run(ctx.run_id, "failed", {"would_delete": len(deletions)}, error=message)
+            store.finish_run(
+                ctx.run_id, "failed", {"would_delete": len(deletions)}, error=message, source=source.source_id
+            )
             raise MassDeleteError(message)
         log.warning("%s (allowed by allow_mass_delete)", message)
 

@@ -53,8 +53,10 @@ items_table = sa.Table(
 runs_table = sa.Table(
     "tributary_runs",
     _meta,
+    # Airflow run ids are unique only within a DAG (two DAGs on one schedule share
+    # "scheduled__<date>"), so a run is identified by (source, run_id).
+    sa.Column("source", sa.String(200), primary_key=True),
     sa.Column("run_id", sa.String(250), primary_key=True),
-    sa.Column("source", sa.String(200), nullable=False, index=True),
     sa.Column("dag_id", sa.String(250)),
     sa.Column("run_type", sa.String(50)),
     sa.Column("status", sa.String(20), nullable=False),
@@ -72,9 +74,9 @@ runs_table = sa.Table(
 run_items_table = sa.Table(
     "tributary_run_items",
     _meta,
+    sa.Column("source", sa.String(200), primary_key=True),
     sa.Column("run_id", sa.String(250), primary_key=True),
     sa.Column("item_key", sa.String(2048), primary_key=True),
-    sa.Column("source", sa.String(200), nullable=False),
     sa.Column("doc_id", sa.String(64)),
     sa.Column("action", sa.String(20), nullable=False),
     sa.Column("reason", sa.Text),
@@ -252,20 +254,27 @@ class StateStore:
             "ended_at": None,
         }
         with self.engine.begin() as conn:
-            if not conn.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(**values)).rowcount:
+            key = (runs_table.c.run_id == run_id) & (runs_table.c.source == source)
+            if not conn.execute(runs_table.update().where(key).values(**values)).rowcount:
                 conn.execute(runs_table.insert().values(run_id=run_id, started_at=_now(), **values))
 
-    def finish_run(self, run_id: str, status: str, counts: Mapping[str, Any], error: str | None = None) -> None:
+    def finish_run(
+        self, run_id: str, status: str, counts: Mapping[str, Any], error: str | None = None, *, source: str
+    ) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 runs_table.update()
-                .where(runs_table.c.run_id == run_id)
+                .where(runs_table.c.run_id == run_id, runs_table.c.source == source)
                 .values(status=status, counts=dict(counts), error=error, ended_at=_now())
             )
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
+    def get_run(self, run_id: str, source: str | None = None) -> dict[str, Any] | None:
+        """One run; without ``source`` the most recent run of any source with that id."""
+        q = sa.select(runs_table).where(runs_table.c.run_id == run_id).order_by(runs_table.c.started_at.desc())
+        if source:
+            q = q.where(runs_table.c.source == source)
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(runs_table).where(runs_table.c.run_id == run_id)).first()
+            row = conn.execute(q).first()
             return dict(row._mapping) if row else None
 
     def runs(self, source: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
@@ -281,12 +290,22 @@ class StateStore:
             for it in items:
                 values = {f: getattr(it, f) for f in RunItem.__dataclass_fields__ if f != "item_key"}
                 values.update(source=source, recorded_at=now)
-                key = (run_items_table.c.run_id == run_id) & (run_items_table.c.item_key == it.item_key)
+                key = (
+                    (run_items_table.c.run_id == run_id)
+                    & (run_items_table.c.source == source)
+                    & (run_items_table.c.item_key == it.item_key)
+                )
                 if not conn.execute(run_items_table.update().where(key).values(**values)).rowcount:
                     conn.execute(run_items_table.insert().values(run_id=run_id, item_key=it.item_key, **values))
 
-    def run_items(self, run_id: str, action: str | None = None) -> list[dict[str, Any]]:
-        q = sa.select(run_items_table).where(run_items_table.c.run_id == run_id).order_by(run_items_table.c.item_key)
+    def run_items(self, run_id: str, action: str | None = None, source: str | None = None) -> list[dict[str, Any]]:
+        """Lineage rows of a run; without ``source``, of the most recent run with that id."""
+        source = source or (self.get_run(run_id) or {}).get("source")
+        q = (
+            sa.select(run_items_table)
+            .where(run_items_table.c.run_id == run_id, run_items_table.c.source == source)
+            .order_by(run_items_table.c.item_key)
+        )
         if action:
             q = q.where(run_items_table.c.action == action)
         with self.engine.connect() as conn:

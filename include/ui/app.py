@@ -103,8 +103,8 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
         return lineage.list_runs(store, source, limit=min(limit, 500))
 
     @app.get("/api/runs/{run_id}")
-    def api_run(run_id: str, store: Store, action: str | None = None) -> Any:
-        return _found(lineage.run_report(store, run_id, action), f"run {run_id}")
+    def api_run(run_id: str, store: Store, action: str | None = None, source: str | None = None) -> Any:
+        return _found(lineage.run_report(store, run_id, action, source), f"run {run_id}")
 
     @app.get("/api/items")
     def api_item(source: str, key: str, store: Store) -> Any:
@@ -115,8 +115,8 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
         return _found(lineage.chunk_lineage(store, chunk_id, source), f"chunk {chunk_id}")
 
     @app.get("/api/diff")
-    def api_diff(a: str, b: str, store: Store) -> Any:
-        return _found(lineage.diff_runs(store, a, b), f"runs {a} / {b}")
+    def api_diff(a: str, b: str, store: Store, source: str | None = None) -> Any:
+        return _found(lineage.diff_runs(store, a, b, source), f"runs {a} / {b}")
 
     # ----------------------------------------------------------------------------- HTML
     @app.get("/", response_class=HTMLResponse)
@@ -133,8 +133,17 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
         return page(request, "index.html", sources=sources, by_source=by_source)
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, run_id: str, store: Store, action: str | None = None):
-        report = lineage.run_report(store, run_id, action or None)
+    def run_page(
+        request: Request,
+        run_id: str,
+        store: Store,
+        action: str | None = None,
+        source: str | None = None,
+        dag_id: str | None = None,
+    ):
+        if not source and dag_id:  # the DAG-run tab knows the DAG, not the source
+            source = next((s["source"] for s in _sources() if s["dag_id"] == dag_id), None)
+        report = lineage.run_report(store, run_id, action or None, source or None)
         if report is None:
             return page(request, "missing.html", what=f"run {run_id}")
         return page(request, "run.html", r=report, run=report["run"])
@@ -154,8 +163,8 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
         return page(request, "chunk.html", c=found)
 
     @app.get("/diff", response_class=HTMLResponse)
-    def diff_page(request: Request, a: str, b: str, store: Store):
-        found = lineage.diff_runs(store, a, b)
+    def diff_page(request: Request, a: str, b: str, store: Store, source: str | None = None):
+        found = lineage.diff_runs(store, a, b, source or None)
         if found is None:
             return page(request, "missing.html", what=f"runs {a} / {b}")
         return page(request, "diff.html", d=found)

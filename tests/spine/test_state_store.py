@@ -55,7 +55,7 @@ def test_run_log_and_lineage_are_idempotent(store: StateStore) -> None:
     store.record_run_items("r1", "web:t", [RunItem("a", "new", chunks_added=["c1"]), RunItem("b", "failed", error="x")])
     # a re-run of the commit task writes the same rows again
     store.record_run_items("r1", "web:t", [RunItem("a", "new", chunks_added=["c1"])])
-    store.finish_run("r1", "success", {"new": 1, "failed": 1})
+    store.finish_run("r1", "success", {"new": 1, "failed": 1}, source="web:t")
     run = store.get_run("r1")
     assert run["status"] == "success" and run["counts"] == {"new": 1, "failed": 1}
     assert [i["item_key"] for i in store.run_items("r1")] == ["a", "b"]
@@ -64,3 +64,18 @@ def test_run_log_and_lineage_are_idempotent(store: StateStore) -> None:
     store.record_run_items("r2", "web:t", [RunItem("a", "changed")])
     assert [h["action"] for h in store.item_history("web:t", "a")] == ["new", "changed"]
     assert next(r["run_id"] for r in store.runs("web:t")) == "r2"
+
+
+def test_same_run_id_in_two_sources_does_not_collide(store: StateStore) -> None:
+    # two DAGs on one schedule both get "scheduled__<date>" from Airflow
+    rid = "scheduled__2026-11-30T00:00:00+00:00"
+    store.start_run(rid, "web:a")
+    store.start_run(rid, "yuque:b")
+    store.record_run_items(rid, "web:a", [RunItem("page", "new")])
+    store.record_run_items(rid, "yuque:b", [RunItem("doc", "changed")])
+    store.finish_run(rid, "success", {"new": 1}, source="web:a")
+    store.finish_run(rid, "failed", {}, error="boom", source="yuque:b")
+    assert store.get_run(rid, "web:a")["status"] == "success"
+    assert store.get_run(rid, "yuque:b")["status"] == "failed"
+    assert [i["item_key"] for i in store.run_items(rid, source="web:a")] == ["page"]
+    assert [i["item_key"] for i in store.run_items(rid, source="yuque:b")] == ["doc"]
