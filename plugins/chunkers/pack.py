@@ -205,17 +205,17 @@ class _Cutter:
     def _token_cut(self, pos: int, unit: int, max_tokens: int) -> int:
         run = self.run
         base = run.starts[unit]
-        ends = run.unit_token_ends(unit)
+        ends = run.unit_ends(unit)  # offsets in the run
         k = min(max_tokens - run.cum[unit], len(ends))
-        while k > 0 and not run.is_char_start(base + ends[k - 1]):
+        while k > 0 and not run.is_char_start(ends[k - 1]):
             k -= 1  # a token that ends inside a multi-byte character
-        cut = base + ends[k - 1] if k > 0 else base
+        cut = ends[k - 1] if k > 0 else base
         if cut <= pos:
             # Not even one token fits the estimate: take the smallest step that makes progress.
-            k = bisect_right(ends, pos - base) + 1
-            while k < len(ends) and not run.is_char_start(base + ends[k - 1]):
+            k = bisect_right(ends, pos) + 1
+            while k < len(ends) and not run.is_char_start(ends[k - 1]):
                 k += 1
-            return base + ends[min(k, len(ends)) - 1]
+            return ends[min(k, len(ends)) - 1]
         hard = run.last_hard_before(pos, cut, scan=8)
         return hard if hard > pos else cut
 

@@ -31,7 +31,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import accumulate
+from functools import cache
+
+import numpy as np
+import numpy.typing as npt
 
 from plugins.chunkers.tokenizer import get_encoding, token_byte_lengths
 
@@ -50,6 +53,20 @@ _ASCII_DIGIT = frozenset(range(0x30, 0x3A))
 # E2 (U+2000-U+205F), E3 (U+3000); ASCII controls and space; DEL to be safe.
 _ASCII_NOT_WS = frozenset(range(0x21, 0x7F))
 _ASCII_PUNCT = _ASCII_NOT_WS - _ASCII_LETTER - _ASCII_DIGIT
+
+
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+@cache
+def _lengths_array() -> npt.NDArray[np.uint8]:
+    return np.array(token_byte_lengths(), dtype=np.uint8)  # 100 KB (longest token: 128 bytes)
+
+
+@cache
+def _newline_token() -> npt.NDArray[np.uint32]:
+    (token,) = get_encoding().encode_ordinary("\n")
+    return np.array([token], dtype=np.uint32)
 
 
 def _codepoint3(data: bytes, start: int) -> int:
@@ -132,8 +149,6 @@ class Run:
 
     __slots__ = (
         "_enc",
-        "_lengths",
-        "_unit_ends",
         "_window_cache",
         "cum",
         "data",
@@ -146,27 +161,31 @@ class Run:
         "starts",
         "tail",
         "tail_k",
-        "tokens",
+        "token_ends",
     )
 
     def __init__(self, texts: Sequence[str], joined: Sequence[bool] | None = None) -> None:
         """``joined[u]``: unit ``u`` is followed by a joining ``"\\n"`` (default: all but the last)
         rather than continuing directly (pieces of one split block)."""
         enc = self._enc = get_encoding()
-        self._lengths = token_byte_lengths()
-        encode = enc.encode_ordinary
-        self.tokens = tokens = [encode(t) for t in texts]
-        self.ntok = ntok = [len(t) for t in tokens]
+        # Token arrays straight from tiktoken's buffer: no Python int per token. encode() with
+        # nothing allowed or disallowed is encode_ordinary (special-token text stays plain text).
+        encode = enc.encode_to_numpy
+        tokens = [encode(t, disallowed_special=()) for t in texts]
+        self.ntok = ntok = list(map(len, tokens))
         if joined is None:
             joined = [True] * len(texts)
         parts: list[str] = []
+        seq: list[npt.NDArray[np.uint32]] = []
         starts: list[int] = []
         ends: list[int] = []
         cum: list[int] = []
         off = tok = 0
-        for t, n, nl in zip(texts, ntok, joined, strict=True):
+        newline = _newline_token()
+        for t, toks, n, nl in zip(texts, tokens, ntok, joined, strict=True):
             size = len(t) if t.isascii() else len(t.encode("utf-8"))
             parts.append(t)
+            seq.append(toks)
             starts.append(off)
             ends.append(off + size)
             cum.append(tok)
@@ -174,13 +193,18 @@ class Run:
             tok += n
             if nl:
                 parts.append("\n")
+                seq.append(newline)
                 off += 1
                 tok += 1
         if parts and joined[-1]:
             parts.pop()
+            seq.pop()
         self.data = data = "".join(parts).encode("utf-8")
         self.starts, self.ends, self.cum = starts, ends, cum
-        self._unit_ends: dict[int, list[int]] = {}
+        # Byte end of every token of the approximate sequence (units' tokens, one per join), in
+        # one vectorised pass; a memoryview bisects and indexes like a list of ints.
+        lengths = _lengths_array().take(np.concatenate(seq) if seq else _EMPTY).astype(np.int64)
+        self.token_ends: Sequence[int] = memoryview(np.cumsum(lengths, out=lengths))
         self._window_cache: dict[str, int] = {}
         self._prefix_sums(data)
 
@@ -233,41 +257,20 @@ class Run:
         """The unit containing byte ``off`` (a join byte belongs to the unit before it)."""
         return bisect_right(self.starts, off) - 1
 
-    def unit_token_ends(self, unit: int, off: int | None = None, k: int | None = None) -> list[int]:
-        """Local byte ends of the unit's tokens, built lazily and only as far as asked.
-
-        With ``off`` the list covers local byte offset ``off`` (its last end lies beyond it, so a
-        bisection is exact); with ``k`` it holds at least ``k`` ends; with neither, all of them.
-        Only units where a chunk starts or ends are looked into, mostly up to the cut.
-        """
-        ends = self._unit_ends.get(unit)
-        if ends is None:
-            ends = self._unit_ends[unit] = []
-        toks = self.tokens[unit]
-        total = len(toks)
-        lengths = self._lengths
-        while len(ends) < total:
-            n = len(ends)
-            if off is None and k is None:
-                step = total - n
-            elif (off is None or (n and ends[-1] > off)) and (k is None or n >= k):
-                break
-            else:
-                step = 256
-            it = accumulate(map(lengths.__getitem__, toks[n : n + step]), initial=ends[-1] if n else 0)
-            next(it)
-            ends.extend(it)
-        return ends
+    def unit_ends(self, unit: int) -> Sequence[int]:
+        """Byte offsets (in ``data``) where the unit's tokens end."""
+        c = self.cum[unit]
+        return self.token_ends[c : c + self.ntok[unit]]
 
     def tokens_before(self, off: int) -> int:
         """Approximate run token position of byte ``off``."""
         unit = self.unit_at(off)
-        local = off - self.starts[unit]
-        if local <= 0:
-            return self.cum[unit]
+        c = self.cum[unit]
+        if off <= self.starts[unit]:
+            return c
         if off >= self.ends[unit]:
-            return self.cum[unit] + self.ntok[unit]
-        return self.cum[unit] + bisect_right(self.unit_token_ends(unit, off=local), local)
+            return c + self.ntok[unit]
+        return bisect_right(self.token_ends, off, c, c + self.ntok[unit])
 
     def offset_of(self, position: int) -> int:
         """Byte offset where approximate run token ``position`` starts (inverse of tokens_before)."""
@@ -277,7 +280,7 @@ class Run:
             return self.starts[unit]
         if local >= self.ntok[unit]:
             return self.ends[unit]
-        return self.starts[unit] + self.unit_token_ends(unit, k=local)[local - 1]
+        return self.token_ends[position - 1]
 
     def is_char_start(self, off: int) -> bool:
         return off <= 0 or off >= len(self.data) or self.data[off] & 0xC0 != 0x80
@@ -289,38 +292,19 @@ class Run:
 
     def _token_offsets(self, unit: int, start: int, end: int, backwards: bool, scan: int) -> Iterator[tuple[int, int]]:
         """Up to ``scan`` (global offset, local token index) token ends in ``(start, end)``, nearest first."""
-        base = self.starts[unit]
-        toks = self.tokens[unit]
-        lengths = self._lengths
-        if not backwards and start == base:
-            off = base
-            for k in range(min(scan, len(toks))):
-                off += lengths[toks[k]]
-                if off >= end:
-                    return
-                yield off, k + 1
-            return
-        if backwards and end == self.ends[unit]:
-            off = end
-            n = len(toks)
-            for k in range(n - 1, max(n - 1 - scan, 0), -1):
-                off -= lengths[toks[k]]
-                if off <= start:
-                    return
-                yield off, k
-            return
-        ue = self.unit_token_ends(unit, off=end - base)
+        c, n = self.cum[unit], self.ntok[unit]
+        token_ends = self.token_ends
         if backwards:
-            last = bisect_right(ue, end - base - 1) - 1
+            last = bisect_right(token_ends, end - 1, c, c + n) - c - 1
             for k in range(last, max(last - scan, -1), -1):
-                off = base + ue[k]
+                off = token_ends[c + k]
                 if off <= start:
                     return
                 yield off, k + 1
         else:
-            first = bisect_right(ue, start - base)
-            for k in range(first, min(first + scan, len(ue))):
-                off = base + ue[k]
+            first = bisect_right(token_ends, start, c, c + n) - c
+            for k in range(first, min(first + scan, n)):
+                off = token_ends[c + k]
                 if off >= end:
                     return
                 yield off, k + 1
@@ -330,8 +314,8 @@ class Run:
             return 0
         if off >= self.ends[unit]:
             return self.ntok[unit]
-        local = off - self.starts[unit]
-        return bisect_right(self.unit_token_ends(unit, off=local), local)
+        c = self.cum[unit]
+        return bisect_right(self.token_ends, off, c, c + self.ntok[unit]) - c
 
     def last_hard_before(self, start: int, end: int, scan: int = _SCAN) -> int:
         """Last hard boundary at a token end in ``(start, end)`` of ``end``'s unit, else ``start``."""
