@@ -26,6 +26,8 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, compress
+from operator import add
 from typing import Any
 
 from include.contract import Position
@@ -77,52 +79,49 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
 class _Layout:
     units: list[str]
     joined: list[bool]  # unit followed by a joining "\n" (False: the next piece continues it)
-    block_unit: list[int]  # the unit where each block starts
-    block_local: list[int]  # the block's byte offset inside that unit
-    block_size: list[int]  # the block's UTF-8 length
+    block_starts: list[int]  # byte offsets of the blocks in the run ("\n".join(texts))
+    block_ends: list[int]
 
 
 def _layout(texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]) -> _Layout:
+    """Group short blocks into units of at most ``group_target`` bytes, cut long ones into pieces.
+
+    Greedy, in order: a group takes blocks while its bytes (joins included) stay within the
+    target. The group ends are found by bisection over the blocks' end offsets, so the work
+    per block is done by C loops (sizes, sums), and Python runs once per unit.
+    """
     group_target = max(2048, 2 * limit)
     piece_target = max(1024, limit)
-    lay = _Layout([], [], [], [], [])
-    group: list[str] = []
-    group_bytes = 0
-
-    def flush() -> None:
-        nonlocal group, group_bytes
-        if group:
-            lay.units.append("\n".join(group))
-            lay.joined.append(True)
-            group, group_bytes = [], 0
-
-    for text in texts:
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        lay.block_size.append(size)
-        if size > limit:  # may hold more tokens than a chunk: pieces at delimiter ends
-            flush()
-            lay.block_unit.append(len(lay.units))
-            lay.block_local.append(0)
-            prev = 0
-            # One search per piece (not one match per line): the first delimiter run that ends
-            # at least piece_target characters after the piece start.
-            while (m := pieces_re.search(text, prev + piece_target - 1)) is not None and m.end() < len(text):
-                lay.units.append(text[prev : m.end()])
-                lay.joined.append(False)
-                prev = m.end()
-            lay.units.append(text[prev:])
-            lay.joined.append(True)
-            continue
-        if group and group_bytes + 1 + size > group_target:
-            flush()
-        local = group_bytes + 1 if group else 0
-        lay.block_unit.append(len(lay.units))
-        lay.block_local.append(local)
-        group.append(text)
-        group_bytes = local + size
-    flush()
-    if lay.joined:
-        lay.joined[-1] = False
+    sizes = [len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts]
+    n = len(sizes)
+    starts = list(map(add, accumulate(sizes, initial=0), range(n)))  # + one join byte per block
+    ends = list(map(add, starts, sizes))
+    lay = _Layout([], [], starts, ends)
+    units, joined = lay.units, lay.joined
+    # Blocks longer than the limit may hold more tokens than a chunk: pieces at delimiter ends.
+    long = list(compress(range(n), map(limit.__lt__, sizes)))
+    g = 0
+    for stop in (*long, n):
+        while g < stop:
+            nxt = bisect_right(ends, starts[g] + group_target, g + 1, stop)
+            units.append("\n".join(texts[g:nxt]))
+            joined.append(True)
+            g = nxt
+        if stop == n:
+            break
+        text = texts[stop]
+        prev = 0
+        # One search per piece (not one match per line): the first delimiter run that ends
+        # at least piece_target characters after the piece start.
+        while (m := pieces_re.search(text, prev + piece_target - 1)) is not None and m.end() < len(text):
+            units.append(text[prev : m.end()])
+            joined.append(False)
+            prev = m.end()
+        units.append(text[prev:])
+        joined.append(True)
+        g = stop + 1
+    if joined:
+        joined[-1] = False
     return lay
 
 
@@ -287,8 +286,7 @@ def pack_run(
         return []
     lay = _layout(texts, limit, delimiter_text_pattern(delimiters))
     run = Run(lay.units, lay.joined)
-    block_starts = [run.starts[u] + local for u, local in zip(lay.block_unit, lay.block_local, strict=True)]
-    block_ends = [s + n for s, n in zip(block_starts, lay.block_size, strict=True)]
+    block_starts, block_ends = lay.block_starts, lay.block_ends
     cutter = _Cutter(run, block_starts, block_ends, delimiter_pattern(delimiters), max_units, isolate_split)
     size = len(run)
     drafts: list[Draft] = []

@@ -175,16 +175,18 @@ class Run:
         self.ntok = ntok = list(map(len, tokens))
         if joined is None:
             joined = [True] * len(texts)
-        parts: list[str] = []
+        # tiktoken left each text's UTF-8 cached in the str, so these encodes are copies.
+        encoded = [t.encode("utf-8") for t in texts]
+        parts: list[bytes] = []
         seq: list[npt.NDArray[np.uint32]] = []
         starts: list[int] = []
         ends: list[int] = []
         cum: list[int] = []
         off = tok = 0
         newline = _newline_token()
-        for t, toks, n, nl in zip(texts, tokens, ntok, joined, strict=True):
-            size = len(t) if t.isascii() else len(t.encode("utf-8"))
-            parts.append(t)
+        for b, toks, n, nl in zip(encoded, tokens, ntok, joined, strict=True):
+            size = len(b)
+            parts.append(b)
             seq.append(toks)
             starts.append(off)
             ends.append(off + size)
@@ -192,14 +194,14 @@ class Run:
             off += size
             tok += n
             if nl:
-                parts.append("\n")
+                parts.append(b"\n")
                 seq.append(newline)
                 off += 1
                 tok += 1
         if parts and joined[-1]:
             parts.pop()
             seq.pop()
-        self.data = data = "".join(parts).encode("utf-8")
+        self.data = data = b"".join(parts)
         self.starts, self.ends, self.cum = starts, ends, cum
         # Byte end of every token of the approximate sequence (units' tokens, one per join), in
         # one vectorised pass; a memoryview bisects and indexes like a list of ints.

@@ -23,6 +23,8 @@ Options: :mod:`plugins.chunkers.options`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, content_hash
@@ -36,6 +38,10 @@ __all__ = ["chunk_heading", "chunk_token", "chunk_with_options", "heading_paths"
 
 VERSION = "1"
 _SEPARATOR = " > "
+_KIND = attrgetter("kind")
+_TEXT = attrgetter("text")
+_HEADING_PATH = attrgetter("heading_path")
+_POSITIONS = attrgetter("positions")
 
 
 def _clean(text: str) -> str:
@@ -49,11 +55,8 @@ def heading_paths(blocks: list[Block]) -> list[tuple[str, ...]]:
     blocks carries one, the path is rebuilt from the heading blocks' levels.
     """
     heading = BlockKind.HEADING
-    for b in blocks:
-        if b.heading_path or b.kind == heading:
-            break
-    else:
-        return [()] * len(blocks)
+    if heading not in map(_KIND, blocks) and not any(map(_HEADING_PATH, blocks)):
+        return [()] * len(blocks)  # (C loops: this runs for every block of every document)
     if any(b.heading_path for b in blocks):
         out = []
         for b in blocks:
@@ -148,13 +151,13 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     def flush_run() -> None:
         if not run:
             return
-        run_blocks = [blocks[i] for i in run]
-        run_paths = [paths[i] for i in run]
+        run_blocks = blocks if len(run) == len(blocks) else list(map(blocks.__getitem__, run))
+        run_paths = paths if len(run) == len(blocks) else list(map(paths.__getitem__, run))
         prefix_at = _Headings(run_blocks, run_paths, opts) if opts.headings else _plain_prefix(run_blocks, run_paths)
         drafts.extend(
             pack_run(
-                [b.text for b in run_blocks],
-                [b.positions for b in run_blocks],
+                list(map(_TEXT, run_blocks)),
+                list(map(_POSITIONS, run_blocks)),
                 prefix_at,
                 limit=opts.chunk_token_num,
                 overlap=opts.overlap_tokens,
@@ -176,7 +179,15 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
 
     TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
     split_sections = opts.headings and not opts.cross_sections
-    for i, block in enumerate(blocks):
+    if TABLE not in map(_KIND, blocks) and not (split_sections and HEADING in map(_KIND, blocks)):
+        # One run of all the blocks that say something (what the loop below does for such a
+        # document, in C loops): strip() is empty exactly for blank text, and header echoes
+        # only precede tables.
+        run.extend(compress(range(len(blocks)), map(str.strip, map(_TEXT, blocks))))
+        blocks_iter: Any = ()
+    else:
+        blocks_iter = enumerate(blocks)
+    for i, block in blocks_iter:
         kind = block.kind
         if kind == TABLE:
             flush_run()
