@@ -12,7 +12,10 @@ repetitions; then,
 outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
 (text destroyed by cutting inside a character) are counted.
 
-* ``encode_ordinary (physical limit)``: one tiktoken pass per document, nothing else;
+* ``encode_ordinary (physical limit)``: one tiktoken pass per document, nothing else (the
+  limit the goal is stated against);
+* ``encode_to_numpy (no Python ints)``: the same pass returning tiktoken's token buffer as a
+  numpy array; the chunker encodes this way, so this is the stricter, like-for-like bound;
 * ``tributary token``: ``chunk_document(doc, id, "token", {"chunk_token_num": 512})``;
 * ``chonkie TokenChunker`` and ``langchain TokenTextSplitter``: the peers, given the same
   offline cl100k_base ``Encoding`` object (they would otherwise try to download one);
@@ -36,6 +39,7 @@ from plugins.chunkers import chunk_document
 from plugins.chunkers.tokenizer import get_encoding
 
 LIMIT = 512
+_NUMPY_RAW = "encode_to_numpy (no Python ints)"
 SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", "/work/shared/seeds"))
 PYDOCS = Path(os.environ.get("TRIBUTARY_PYDOCS", "/usr/share/doc/python3.11/html"))
 _BLOCK_TAGS = ("p", "pre", "li", "dt", "dd", "h1", "h2", "h3", "h4", "td", "th", "blockquote")
@@ -116,6 +120,9 @@ def run(quick: bool) -> dict[str, Any]:
 
     impls: dict[str, Callable[[int], Any]] = {
         "encode_ordinary (physical limit)": lambda i: enc.encode_ordinary(texts[i]),
+        # The same BPE returning a numpy buffer instead of a list of Python ints; ours encodes
+        # this way, so it is the stricter bound for ours and is reported next to the other.
+        _NUMPY_RAW: lambda i: enc.encode_to_numpy(texts[i], disallowed_special=()),
         "tributary token": ours,
     }
     notes: dict[str, str] = {}
@@ -142,7 +149,7 @@ def run(quick: bool) -> dict[str, Any]:
             "tokens/s": corpus_tokens / best[name],
             "x raw tokenizer": round(raw / best[name], 3),
         }
-        if name != "encode_ordinary (physical limit)":
+        if name not in ("encode_ordinary (physical limit)", _NUMPY_RAW):
             chunks = [c for doc in outputs[name] for c in doc]
             counts = [len(enc.encode_ordinary(c)) for c in chunks]
             row.update(
@@ -157,14 +164,20 @@ def run(quick: bool) -> dict[str, Any]:
     for name, note in notes.items():
         rows.append({"implementation": name, "seconds": note})
     ours_row = next(r for r in rows if r["implementation"] == "tributary token")
-    peer_rows = [r for r in rows if r["implementation"] not in ("tributary token", "encode_ordinary (physical limit)")]
+    peer_rows = [
+        r
+        for r in rows
+        if r["implementation"] not in ("tributary token", "encode_ordinary (physical limit)", _NUMPY_RAW)
+    ]
     timed_peers = [r for r in peer_rows if isinstance(r["seconds"], float)]
     ahead = all(ours_row["seconds"] < r["seconds"] for r in timed_peers)
     goal = ours_row["x raw tokenizer"] >= 0.8 and ahead and ours_row[f"over {LIMIT}"] == 0
     mb = sum(len(t.encode()) for t in texts) / 1e6
     summary = (
         f"Corpus: {len(docs)} documents, {mb:.1f} MB, {corpus_tokens:,} tokens, {chinese:,} CJK characters; "
-        f"limit {LIMIT} tokens, no overlap. Ours ran at {ours_row['x raw tokenizer']:.2f}x the raw tokenizer, "
+        f"limit {LIMIT} tokens, no overlap. Ours ran at {ours_row['x raw tokenizer']:.2f}x the raw tokenizer "
+        f"(encode_ordinary; {best[_NUMPY_RAW] / best['tributary token']:.2f}x of encode_to_numpy, the same BPE "
+        "without a Python int per token, which is how ours encodes), "
         f"{'ahead of' if ahead else 'NOT ahead of'} every timed peer, {ours_row[f'over {LIMIT}']} chunks over "
         f"the limit: goal (>= 0.8x raw, ahead of every peer, limit held) {'MET' if goal else 'NOT met'}."
     )
