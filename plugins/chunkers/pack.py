@@ -3,8 +3,9 @@
 Layout: short consecutive blocks are grouped into units of about ``2 * limit`` bytes (at least
 2 KiB, joined by ``"\\n"``), blocks longer than ``limit`` bytes are cut at delimiter ends into
 pieces of about ``limit`` bytes (at least 1 KiB); each unit is encoded once (:class:`Run`).
-Few, mid-sized units keep both the tokenizer calls and the per-unit bookkeeping cheap; cut
-points inside a unit are resolved lazily, only in the unit where a chunk ends.
+Few, mid-sized units keep both the tokenizer calls and the per-unit bookkeeping cheap; the byte
+end of every token comes from one vectorised pass over the run (:class:`Run`), so no Python code
+runs per token or per short block.
 
 A chunk is a contiguous byte range of the run, optionally preceded by a prefix (heading path,
 table header) and starting with ``overlap`` tokens that end the previous chunk. Cut points, best
