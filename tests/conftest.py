@@ -72,3 +72,20 @@ def postgres_url() -> Iterator[str]:
             )
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
         admin.dispose()
+
+
+@pytest.fixture
+def demo_site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A private copy of the demo handbook served on 127.0.0.1: (its root, its base URL)."""
+    import shutil
+
+    from include.demo.serve import SITE, serve_directory
+
+    root = tmp_path / "site"
+    shutil.copytree(SITE, root)
+    server, thread = serve_directory(root)
+    try:
+        yield root, f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)

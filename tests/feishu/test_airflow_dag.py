@@ -8,19 +8,10 @@ from pathlib import Path
 import pytest
 
 from include.index import open_index
-from include.stores import open_state_store
 from tests.simulators.feishu import FeishuSimulator, demo_drive
-from tests.support.airflow import run_dag, write_sources
+from tests.support.airflow import last_run, run_dag, write_sources
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
-
-
-def _last_run(source_id: str) -> dict:
-    store = open_state_store()
-    try:
-        return store.runs(source_id, limit=1)[0]
-    finally:
-        store.close()
 
 
 def _task_states(dr) -> dict[str, list[str]]:
@@ -57,7 +48,7 @@ def test_sync_feishu_dag_defers_exports(
     dr = run_dag("sync_feishu_drive")
     assert str(dr.state).endswith("success"), _task_states(dr)
     assert set(_task_states(dr)["fetch"]) == {"success"} and len(_task_states(dr)["fetch"]) == 2
-    run = _last_run("feishu:drive")
+    run = last_run("feishu:drive")
     assert run["status"] == "success"
     assert (run["counts"]["new"], run["counts"]["failed"]) == (6, 1)
     assert sim.counters["export_creations"] == 5 and sim.counters["export_polls"] >= 5 * 3
@@ -71,7 +62,7 @@ def test_sync_feishu_dag_defers_exports(
     creations = sim.counters["export_creations"]
     dr = run_dag("sync_feishu_drive")
     assert str(dr.state).endswith("success")
-    counts = _last_run("feishu:drive")["counts"]
+    counts = last_run("feishu:drive")["counts"]
     assert (counts["new"], counts["changed"], counts["unchanged"]) == (0, 0, 6)
     # the failed export is retried (no stored version), nothing else is exported again
     assert sim.counters["export_creations"] == creations + 1

@@ -4,14 +4,9 @@ the HTTP validators, and an edit + a deletion show up as exactly those two items
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from include.config import SourceConfig
-from include.demo.serve import SITE, serve_directory
 from include.engine import run_pipeline
 from include.index import open_index
 from include.lineage import chunk_lineage, diff_runs, run_report
@@ -19,20 +14,8 @@ from include.stores import open_state_store
 from tests.support.airflow import write_sources
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    root = tmp_path / "site"
-    shutil.copytree(SITE, root)
-    server, thread = serve_directory(root)
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-
-
-def test_web_edit_and_delete_lineage(tributary_home: Path, tmp_path: Path, site, monkeypatch) -> None:
-    root, url = site
+def test_web_edit_and_delete_lineage(tributary_home: Path, tmp_path: Path, demo_site, monkeypatch) -> None:
+    root, url = demo_site
     entry = {
         "kind": "web",
         "name": "lin",

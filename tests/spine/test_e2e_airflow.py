@@ -7,13 +7,10 @@ gone; a deleted page leaves the index.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from include.demo.serve import SITE, serve_directory
 from include.index import open_index
 from include.stores import open_state_store
 from tests.support.airflow import run_dag, write_sources
@@ -22,19 +19,8 @@ pytestmark = pytest.mark.airflow
 
 
 @pytest.fixture
-def site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    root = tmp_path / "site"
-    shutil.copytree(SITE, root)
-    server, _ = serve_directory(root)
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-
-
-@pytest.fixture
-def demo_source(tributary_home: Path, tmp_path: Path, site, monkeypatch) -> tuple[Path, str]:
-    root, url = site
+def demo_source(tributary_home: Path, tmp_path: Path, demo_site, monkeypatch) -> tuple[Path, str]:
+    root, url = demo_site
     sources = write_sources(
         tmp_path / "sources.yaml",
         [

@@ -10,7 +10,7 @@ from typing import Any
 
 _MIGRATED: set[str] = set()
 
-__all__ = ["ensure_airflow_db", "run_dag", "write_sources"]
+__all__ = ["ensure_airflow_db", "last_run", "run_dag", "write_sources"]
 
 
 def ensure_airflow_db() -> None:
@@ -39,3 +39,14 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None) -> Any:
     ensure_airflow_db()
     dag = build_dags()[dag_id]
     return dag.test(run_conf=conf or {})
+
+
+def last_run(source_id: str) -> dict[str, Any]:
+    """The most recent run-log row of a source."""
+    from include.stores import open_state_store
+
+    store = open_state_store()
+    try:
+        return store.runs(source_id, limit=1)[0]
+    finally:
+        store.close()

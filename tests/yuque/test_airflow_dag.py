@@ -8,19 +8,10 @@ from pathlib import Path
 import pytest
 
 from include.index import open_index
-from include.stores import open_state_store
-from tests.support.airflow import run_dag, write_sources
+from tests.support.airflow import last_run, run_dag, write_sources
 from tests.yuque.sheet_models import GOLDEN
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
-
-
-def _last_run(source_id: str) -> dict:
-    store = open_state_store()
-    try:
-        return store.runs(source_id, limit=1)[0]
-    finally:
-        store.close()
 
 
 def test_sync_yuque_dag(sim, yuque_conn, tributary_home: Path, tmp_path: Path, monkeypatch) -> None:
@@ -44,7 +35,7 @@ def test_sync_yuque_dag(sim, yuque_conn, tributary_home: Path, tmp_path: Path, m
 
     dr = run_dag("sync_yuque_kb")
     assert str(dr.state).endswith("success")
-    run = _last_run("yuque:kb")
+    run = last_run("yuque:kb")
     assert run["status"] == "success" and run["counts"]["new"] == 2 and run["counts"]["failed"] == 0
     index = open_index()
     try:
@@ -56,6 +47,6 @@ def test_sync_yuque_dag(sim, yuque_conn, tributary_home: Path, tmp_path: Path, m
     sim.reset_counters()
     dr = run_dag("sync_yuque_kb")
     assert str(dr.state).endswith("success")
-    counts = _last_run("yuque:kb")["counts"]
+    counts = last_run("yuque:kb")["counts"]
     assert (counts["new"], counts["changed"], counts["unchanged"], counts["fetched"]) == (0, 0, 2, 0)
     assert not any(name.startswith("doc:") for name in sim.counters)
