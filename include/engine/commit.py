@@ -149,7 +149,8 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
             counts["chunks_deleted"] += entry["deleted_chunks"]
 
     # 4. failures: the indexed version (if any) stays; the streak grows once per run.
-    for m in manifests:
+    discovery_failures = [{"failures": plan.get("failed", [])}]
+    for m in [*discovery_failures, *manifests]:
         for failure in m["failures"]:
             key = failure["item_key"]
             st = prior_states.get(key) or ItemState(

@@ -101,8 +101,20 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
                 change.kind = ChangeKind.NEW
         entries[key] = {"change": change.to_dict(), "prior": _prior(st), "forced": key in forced}
 
-    # Records a connector had to skip (malformed, unsupported) go to lineage with their reason.
-    skipped.extend(s for s in found.stats.get("skipped", []) if isinstance(s, dict) and "item_key" in s)
+    # Records a connector had to skip (malformed, unsupported) or failed to read during discovery
+    # (a crawler's page fetch) go to lineage with their reason; failures count toward quarantine.
+    skipped.extend(s for s in found.stats.pop("skipped", None) or [] if isinstance(s, dict) and "item_key" in s)
+    failed = [
+        {
+            "item_key": f["item_key"],
+            "reason": f.get("reason", "discover_error"),
+            "error": str(f.get("error", "")),
+            "retryable": bool(f.get("retryable", True)),
+            "stage": "discover",
+        }
+        for f in found.stats.pop("failed", None) or []
+        if isinstance(f, dict) and "item_key" in f and f["item_key"] not in entries
+    ]
     deletions, missing = _plan_deletions(ctx, states, found, explicit_deletes, set(entries))
     indexed = sum(1 for st in states.values() if st.indexed)
     if deletions and indexed and len(deletions) > source.mass_delete_threshold * indexed:
@@ -147,6 +159,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         "deletions": deletions,
         "missing": missing,
         "skipped": skipped,
+        "failed": failed,
         "forced": sorted(forced),
         "processing_hash": processing,
     }

@@ -150,7 +150,12 @@ def get_parser(media_type: str | None) -> ParserSpec | None:
 
 def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -> ParsedDocument:
     """Parse one raw document. Raises :class:`ParseError` (never anything else)."""
-    media_type = sniff_media_type(raw.data, raw.file_name, raw.media_type)
+    try:
+        media_type = sniff_media_type(raw.data, raw.file_name, raw.media_type)
+    except Exception as exc:  # a sniffer opening a hostile container (zip version, bad zlib stream)
+        raise ParseError(
+            ParseErrorCode.CORRUPT, f"cannot identify {raw.file_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     spec = get_parser(media_type)
     if spec is None:
         raise ParseError(

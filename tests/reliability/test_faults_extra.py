@@ -175,11 +175,6 @@ def test_truncated_body_and_connection_reset_are_failures_not_content(
     assert second.status == "success" and second.counts["unchanged"] == 2 and second.counts["deleted"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap in plugins/connectors/web: pages whose fetch fails during the crawl are only counted "
-    "(source_stats.errors), not recorded per item with a reason, so they never reach quarantine",
-)
 def test_failed_web_pages_are_recorded_per_item_with_reason(tributary_home: Path, raw_server: _RawServer) -> None:
     first = run_pipeline(_web_source(raw_server.base))
     store = open_state_store()

@@ -51,11 +51,6 @@ XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 
 CASES: Counter[str] = Counter()
-# Known bug (parsers area, reported to the lead): ``sniff._sniff_zip`` opens the archive outside
-# the registry's exception net and catches neither ``NotImplementedError`` (unsupported zip
-# version / compression method) nor ``zlib.error``, so those escape ``parse_document``. Escapes
-# from sniff.py are counted, not failed; the strict xfail below flips when it is fixed.
-SNIFF_ESCAPES: Counter[str] = Counter()
 OUTCOMES: dict[str, Counter[str]] = {}
 
 
@@ -200,15 +195,6 @@ def mutated(draw: st.DrawFn, parser: str, is_zip: bool) -> bytes:
 # --------------------------------------------------------------------------- parsers
 
 
-def _raised_in_sniffer(exc: BaseException) -> bool:
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith(os.path.join("plugins", "parsers", "sniff.py")):
-            return True
-        tb = tb.tb_next
-    return False
-
-
 def _zip_with_version(extract_version: int) -> bytes:
     data = bytearray(SEEDS["xlsx"][2][0])
     central = data.find(b"PK\x01\x02")
@@ -216,7 +202,6 @@ def _zip_with_version(extract_version: int) -> bytes:
     return bytes(data)
 
 
-@pytest.mark.xfail(strict=True, reason="bug in plugins/parsers/sniff.py: NotImplementedError escapes parse_document")
 def test_unsupported_zip_version_is_a_parse_error():
     with pytest.raises(ParseError):
         parse_document(RawDocument("k", _zip_with_version(64), "f.xlsx", media_type=XLSX), OPTIONS)
@@ -247,11 +232,6 @@ def test_parser_fuzz_raises_only_parse_error_within_budget(parser: str):
             assert isinstance(doc.blocks, list)
         except ParseError as exc:
             outcomes[exc.code.value] += 1
-        except Exception as exc:
-            if not _raised_in_sniffer(exc):
-                raise
-            SNIFF_ESCAPES[type(exc).__name__] += 1
-            outcomes[f"ESCAPED {type(exc).__name__} (sniff.py bug)"] += 1
         # a hang would be bounded by the budget (cooperative or the forked child's hard kill)
         assert time.monotonic() - started < BUDGET_S + _GRACE_S
 

@@ -153,6 +153,10 @@ class Crawler:
         self.result = CrawlResult()
         self.counts: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        # per-item records the engine turns into lineage: failed (retried, quarantined after N
+        # runs) for transient errors, skipped for deliberate refusals
+        self.failed: list[dict[str, Any]] = []
+        self.refused: list[dict[str, Any]] = []
         self._queue: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self._seen: set[str] = set()  # URLs queued or fetched
         self._emitted: set[str] = set()  # item keys reported as documents
@@ -347,6 +351,13 @@ class Crawler:
             self._on_gone(final, result)
         else:
             self.errors[f"http_{result.status}"] += 1
+            self.failed.append(
+                {
+                    "item_key": self._key_for(final),
+                    "reason": f"fetch:http_{result.status}",
+                    "error": f"HTTP {result.status}",
+                }
+            )
             self._keep_alive(final)
         self._completed += 1  # counted on completion: workers finish out of order
         if self._completed % self.o.log_every == 0:
@@ -370,8 +381,11 @@ class Crawler:
         kind = result.error or "error"
         self.errors[kind] += 1
         log.info("fetch %s failed (%s): %s", url, kind, result.message)
+        record = {"item_key": self._key_for(final), "reason": f"fetch:{kind}", "error": str(result.message or kind)}
         if not _is_transient(kind):
+            self.refused.append(record)
             return  # refused on purpose (blocked address, out of scope, too large ...)
+        self.failed.append(record)
         self._keep_alive(final)
         cached = self.cache.get(final)
         if cached is None:
@@ -495,6 +509,8 @@ class Crawler:
             "truncated": self._truncated,
             "unexpanded": self._unexpanded,
             "errors": dict(self.errors),
+            "failed": self.failed,
+            "skipped": self.refused,
         }
         for name, value in self.counts.items():
             stats.setdefault(name, value)
