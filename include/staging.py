@@ -78,7 +78,8 @@ class StagingArea:
     def read_bytes(path: str | Path) -> bytes:
         return Path(path).read_bytes()
 
-    def list(self, stage: str) -> list[str]:
+    def stage_files(self, stage: str) -> list[str]:
+        """This run's manifests of one stage (``upserted-0000.json`` ...), in batch order."""
         return sorted(str(p) for p in self.root.glob(f"{stage}-*.json"))
 
     def size_bytes(self) -> int:

@@ -20,23 +20,18 @@ from include.stores import ItemState, RunItem, StateStore
 __all__ = ["abort_run", "commit_stage", "end_rebuild", "finish_stage"]
 
 
-def _version(data: dict[str, Any] | None) -> VersionEvidence | None:
-    return VersionEvidence.from_dict(data) if data is not None else None
-
-
 def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[], IndexBackend]) -> dict[str, Any]:
     source = ctx.source
     sid = source.source_id
     staging = ctx.staging
     plan = staging.read_json(staging.path("discover.json"))
-    manifests = [staging.read_json(p) for p in staging.list("upserted")]
+    if plan["dry_run"]:
+        return _dry_run(ctx, store, plan)
+    manifests = [staging.read_json(p) for p in staging.stage_files("upserted")]
     counts: Counter[str] = Counter()
     lineage: list[RunItem] = []
     states: list[ItemState] = []
     prior_states = store.items(sid)
-
-    if plan["dry_run"]:
-        return _dry_run(ctx, store, plan)
 
     # 1. deletions: index first, then state.
     if plan["deletions"]:

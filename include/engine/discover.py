@@ -14,12 +14,12 @@ from include.engine.context import MassDeleteError, RunContext, log
 from include.index import open_index
 from include.settings import get_settings
 from include.stores import ItemState, StateStore
-from plugins.connectors.base import ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
+from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
 
 __all__ = ["discover_stage", "open_connector"]
 
 
-def open_connector(ctx: RunContext):  # -> Connector (import cycle-free annotation)
+def open_connector(ctx: RunContext) -> Connector:
     cls = get_connector_class(ctx.source.kind)
     return cls(ctx.source, ConnectorContext(redis_url=get_settings().redis_url, run_id=ctx.run_id, log=log))
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from include.contract import Change, RawDocument
+from include.contract import Change, RawDocument, VersionEvidence
 from include.staging import StagingArea
 
 __all__ = [
@@ -23,8 +23,6 @@ __all__ = [
     "write_fetched_manifest",
     "write_stage_manifest",
 ]
-
-STAGES = ("batch", "fetched", "parsed", "chunked", "upserted")
 
 
 @dataclass(slots=True)
@@ -95,8 +93,6 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
 
 def load_raw(entry: dict[str, Any]) -> RawDocument:
     """Rebuild the RawDocument of a fetched manifest entry."""
-    from include.contract import VersionEvidence
-
     raw = entry["raw"]
     return RawDocument(
         item_key=entry["change"]["item_key"],

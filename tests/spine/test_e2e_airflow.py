@@ -7,6 +7,7 @@ gone; a deleted page leaves the index.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,6 @@ def test_demo_site_sync_resync_edit_delete(demo_source) -> None:
     # 3. one page edited: exactly that document re-indexed, its old chunks gone
     storage = root / "guide" / "storage.html"
     storage.write_text(storage.read_text().replace("never backed up", "replicated to a warm standby"))
-    import os
-
     os.utime(storage, (storage.stat().st_atime, storage.stat().st_mtime + 5))
     run_dag("sync_web_demo")
     run, items = _last_run()
