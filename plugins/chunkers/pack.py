@@ -250,18 +250,18 @@ def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
             k += got - want
             if k >= base:
                 break
-    start = best
-    for _ in range(8):  # character by character, still inside the previous chunk
+    # Character by character from the end, still inside the previous chunk. Token counts are not
+    # monotonic in the start (a longer tail can merge into fewer tokens), so an overshoot does not
+    # end the search; the window is the one within which an exact overlap is promised.
+    start = end
+    for _ in range(8 * want + 8):
         start -= 1
         while start > lo and not run.is_char_start(start):
             start -= 1
         if start < lo:
             break
-        got = run.count(start, end)
-        if got == want:
+        if run.count(start, end) == want:
             return start
-        if got > want:
-            break
     return best
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from include.contract import BlockKind, ParsedDocument, chunk_id, content_hash
+from include.contract import Block, BlockKind, ParsedDocument, chunk_id, content_hash
 from plugins.chunkers import chunk_document
 from plugins.chunkers.table import TableRows, render_row
 from plugins.chunkers.tokenizer import count_tokens
@@ -130,3 +132,12 @@ def test_heading_chunker_properties(blocks, cfg) -> None:
             assert "\n" not in line
     again = chunk_document(doc, "doc", "heading", cfg)
     assert [c.to_dict() for c in again] == [c.to_dict() for c in chunks]
+
+
+def test_exact_overlap_found_when_counts_are_not_monotonic() -> None:
+    """Regression (found by this property test in CI): a longer tail can tokenize into fewer
+    tokens, so the search for an exact overlap must not stop at the first overshoot."""
+    case = json.loads((Path(__file__).parent / "golden" / "overlap_nonmonotonic_case.json").read_text("utf-8"))
+    doc = ParsedDocument(blocks=[Block.from_dict(b) for b in case["blocks"]])
+    chunks = chunk_document(doc, "doc", "heading", case["cfg"])
+    _check_overlap(chunks, case["cfg"]["overlap_tokens"])
