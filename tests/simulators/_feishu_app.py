@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, ONLINE_TYPES, _Task
+from tests.support.leakscan import register_secret
 
 if TYPE_CHECKING:
     from tests.simulators.feishu import FeishuSimulator
@@ -37,6 +38,7 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                     {"code": 0, "msg": "ok", "tenant_access_token": cur, "expire": int(sim._tokens[cur] - now)}
                 )
             token = f"t-{secrets.token_hex(20)}"
+            register_secret("feishu tenant_access_token", token)  # the session-end log scan looks for it
             sim._tokens[token] = now + sim.token_lifetime
             sim._current = token
             sim.counters["tokens_issued"] += 1

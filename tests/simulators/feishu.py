@@ -41,6 +41,8 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from tests.support.leakscan import register_secret
+
 __all__ = ["DEMO_ROOT", "FeishuSimulator", "SimItem", "demo_drive"]
 
 ONLINE_TYPES = ("doc", "docx", "sheet", "bitable")
@@ -127,6 +129,7 @@ class FeishuSimulator:
     clock_offset: float = 0.0
 
     def __post_init__(self) -> None:
+        register_secret("feishu app_secret", self.app_secret)  # the session-end log scan looks for it
         self._lock = threading.RLock()
         self._tokens: dict[str, float] = {}
         self._current: str | None = None

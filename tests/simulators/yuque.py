@@ -32,6 +32,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from tests.support.leakscan import register_secret
+
 __all__ = ["SimDoc", "SimRepo", "YuqueSimulator", "body_sheet_of", "encode_lakesheet"]
 
 _EPOCH = datetime(2026, 1, 5, 8, 0, 0, tzinfo=UTC)
@@ -125,12 +127,21 @@ class SimRepo:
         return f"{self.owner}/{self.slug}"
 
 
+class _TokenTable(dict[str, str]):
+    """token -> login; every token put in (``add_account`` or a test writing the table directly)
+    is registered for the session-end log scan."""
+
+    def __setitem__(self, token: str, login: str) -> None:
+        register_secret("yuque token", token)
+        super().__setitem__(token, login)
+
+
 class YuqueSimulator:
     """The simulated space plus the FastAPI app serving it; mutate it between requests."""
 
     def __init__(self) -> None:
         self.accounts: dict[str, dict[str, Any]] = {}  # login -> {"id", "type", "name", "members"}
-        self.tokens: dict[str, str] = {}  # token -> login
+        self.tokens: dict[str, str] = _TokenTable()  # token -> login
         self.repos: dict[int, SimRepo] = {}
         self.require_user_agent = True
         self.list_includes_format = False  # the 2.0.1 list schema has no 'format'
