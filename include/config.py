@@ -14,6 +14,13 @@ One entry per source::
 
 Values of the form ``${VAR}`` or ``${VAR:-default}`` are expanded from the environment, so the
 same file serves the demo, the tests and a deployment.
+
+Credentials never live here: they come from the Airflow Connection ``conn_id`` (metadata DB,
+``AIRFLOW_CONN_<ID>`` or a secrets backend) or from ``TRIBUTARY_*``/service environment variables
+read by the code itself. Validation refuses an option whose name says it is a credential
+(``app_secret``, ``token``, ``password``, an ``Authorization`` header...) or a URL carrying a
+password, at any depth of ``options``, ``parser``, ``chunker.options`` and ``index.options`` — the
+source file is rendered into DAGs, parsed by every scheduler and shown in the UI.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from include.contract import options_hash
 
@@ -32,22 +40,75 @@ __all__ = ["ChunkerConfig", "IndexConfig", "SourceConfig", "load_sources"]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
+# A key naming one of these (``token``, ``app_secret``, ``X-Auth-Token``...) holds a credential.
+# Only whole trailing words count: ``token_margin`` and ``chunk_token_num`` are tuning knobs.
+_CREDENTIAL_WORDS = (
+    "secret",
+    "password",
+    "passwd",
+    "token",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "credential",
+    "credentials",
+    "authorization",
+    "auth",
+    "cookie",
+    "cookies",
+)
+_URL_WITH_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
+
+
+def _is_credential_key(key: object) -> bool:
+    norm = re.sub(r"[^a-z0-9]+", "_", str(key).lower()).strip("_")
+    return any(norm == w or norm.endswith("_" + w) for w in _CREDENTIAL_WORDS)
+
+
+def _has_url_password(value: str) -> bool:
+    if not _URL_WITH_USERINFO.match(value.strip()):
+        return False
+    try:
+        return urlsplit(value.strip()).password is not None
+    except ValueError:
+        return True  # unparsable userinfo: refuse rather than guess
+
+
+def _credential_paths(value: Any, path: str) -> list[str]:
+    """Dotted paths under ``value`` that hold a credential (names only, never values)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}"
+            if _is_credential_key(k):
+                found.append(sub)
+            else:
+                found.extend(_credential_paths(v, sub))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found.extend(_credential_paths(v, f"{path}[{i}]"))
+    elif isinstance(value, str) and _has_url_password(value):
+        found.append(f"{path} (a URL with a password)")
+    return found
+
 
 class ChunkerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     name: str = "token"
     options: dict[str, Any] = Field(default_factory=dict)
 
 
 class IndexConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     backend: str = "sqlite"
     name: str = "tributary"
     options: dict[str, Any] = Field(default_factory=dict)
 
 
 class SourceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # hide_input_in_errors: a validation error must not echo a refused credential back into a log
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     kind: str
     name: str = Field(pattern=r"^[A-Za-z0-9_]+$")
@@ -68,6 +129,22 @@ class SourceConfig(BaseModel):
     retain_raw: bool | None = None
     tags: list[str] = Field(default_factory=list)
     description: str | None = None
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> SourceConfig:
+        found = (
+            _credential_paths(self.options, "options")
+            + _credential_paths(self.parser, "parser")
+            + _credential_paths(self.chunker.options, "chunker.options")
+            + _credential_paths(self.index.options, "index.options")
+        )
+        if found:
+            raise ValueError(
+                f"{', '.join(found)}: credentials are not accepted in a source's configuration; put them in "
+                f"the Airflow Connection named by conn_id (login/password/extra; e.g. an AIRFLOW_CONN_<ID> "
+                f"environment variable or a secrets backend) or in the environment variable the component reads"
+            )
+        return self
 
     @property
     def source_id(self) -> str:
