@@ -14,6 +14,7 @@ from typing import Any
 
 from include.contract import VersionEvidence, document_id
 from include.engine.context import RunContext, log
+from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
 
@@ -41,6 +42,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
         finally:
             index.close()
         counts["chunks_deleted"] += removed
+        failpoint("commit:deleted")  # gone from the index, still in the state
         store.delete_items(sid, [d["item_key"] for d in plan["deletions"]])
         for d in plan["deletions"]:
             lineage.append(
@@ -209,6 +211,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     result["source_stats"] = plan["stats"]
     result["listing_complete"] = bool(plan["complete"])
     log.info("%s: committed %s", sid, result)
+    failpoint("commit")
     return result
 
 

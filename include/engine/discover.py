@@ -11,6 +11,7 @@ from typing import Any
 
 from include.contract import ChangeKind, VersionEvidence, document_id
 from include.engine.context import MassDeleteError, RunContext, log
+from include.failpoints import failpoint
 from include.index import open_index
 from include.settings import get_settings
 from include.stores import ItemState, StateStore
@@ -181,6 +182,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         len(skipped),
         found.complete,
     )
+    failpoint("discover")
     return {"run_id": ctx.run_id, "plan": plan_path, "batches": batches}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from include.contract import Change, RawDocument, VersionEvidence
+from include.failpoints import failpoint
 from include.staging import StagingArea
 
 __all__ = [
@@ -88,7 +89,9 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
         "unchanged": list(batch.get("unchanged", [])),
         "failures": list(batch.get("failures", [])) + [f.to_dict() for f in failures],
     }
-    return _write(next_manifest_path(batch_manifest_path, "fetched"), manifest)
+    path = _write(next_manifest_path(batch_manifest_path, "fetched"), manifest)
+    failpoint("fetch")
+    return path
 
 
 def load_raw(entry: dict[str, Any]) -> RawDocument:

@@ -23,6 +23,7 @@ from include.engine.manifests import (
     write_fetched_manifest,
     write_stage_manifest,
 )
+from include.failpoints import failpoint
 from include.index import DocumentRecord, DocumentWrite, IndexBackend
 from include.staging import StagingArea
 from plugins.chunkers.registry import chunk_document
@@ -100,7 +101,9 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
         entry["parsed_path"] = staging.write_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
         items.append(entry)
     out["items"] = items
-    return write_stage_manifest(fetched_path, "parsed", out)
+    path = write_stage_manifest(fetched_path, "parsed", out)
+    failpoint("parse")
+    return path
 
 
 # ----------------------------------------------------------------------------------- chunk
@@ -134,7 +137,9 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
             }
         )
     out["items"] = items
-    return write_stage_manifest(parsed_path, "chunked", out)
+    path = write_stage_manifest(parsed_path, "chunked", out)
+    failpoint("chunk")
+    return path
 
 
 # ----------------------------------------------------------------------------------- upsert
@@ -204,4 +209,6 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
                 }
             )
     out["items"] = items
-    return write_stage_manifest(chunked_path, "upserted", out)
+    path = write_stage_manifest(chunked_path, "upserted", out)
+    failpoint("upsert")
+    return path

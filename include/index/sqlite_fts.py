@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from include.contract import Chunk, Position
+from include.failpoints import failpoint
 from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
 
 __all__ = ["SqliteFtsIndex", "fts_query", "segment_cjk"]
@@ -94,10 +95,11 @@ class SqliteFtsIndex(IndexBackend):
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            for write in writes:
+            for n, write in enumerate(writes):
                 cur.execute("SAVEPOINT doc")
                 try:
                     results.append(self._upsert_one(cur, write))
+                    failpoint(f"upsert:doc:{n}")  # mid-transaction: document n written, not committed
                     cur.execute("RELEASE doc")
                 except sqlite3.Error as exc:  # one bad document never fails the batch
                     cur.execute("ROLLBACK TO doc")
