@@ -33,6 +33,7 @@ __all__ = [
     "content_hash",
     "document_id",
     "options_hash",
+    "text_hash",
 ]
 
 
@@ -46,6 +47,15 @@ def _sha256(data: bytes) -> str:
 def content_hash(text: str) -> str:
     """Hash of extracted text; whitespace runs are folded so cosmetic reflows do not count."""
     return _sha256(" ".join(text.split()).encode("utf-8"))[:32]
+
+
+def text_hash(text: str) -> str:
+    """Hash of the exact text (a chunk's ``content_hash``): what the index stores must match it.
+
+    Unlike :func:`content_hash`, whitespace counts: a chunk whose text changed only in
+    whitespace is a different chunk to the index (and hashing needs no normalising pass).
+    """
+    return _sha256(text.encode("utf-8"))[:32]
 
 
 def options_hash(options: dict[str, Any]) -> str:
@@ -350,7 +360,7 @@ class Chunk:
     sequence: int
     text: str
     token_count: int
-    content_hash: str
+    content_hash: str  # text_hash(text): exact, so the upsert rewrites any changed text
     heading_path: list[str] = field(default_factory=list)
     positions: list[Position] = field(default_factory=list)
     kind: str = "text"  # "text" or "table"

@@ -1,24 +1,21 @@
 """Greedy packing of one run of blocks (paragraphs, or table rows) into token-bounded chunks.
 
-Layout: short consecutive blocks are grouped into units of about ``2 * limit`` bytes (at least
-2 KiB, joined by ``"\\n"``), blocks longer than ``limit`` bytes are cut at delimiter ends into
-pieces of about ``limit`` bytes (at least 1 KiB); each unit is encoded once (:class:`Run`).
-Few, mid-sized units keep both the tokenizer calls and the per-unit bookkeeping cheap; the byte
-end of every token comes from one vectorised pass over the run (:class:`Run`), so no Python code
-runs per token or per short block.
+The blocks are joined by ``"\\n"`` and the run is encoded once, whole (:class:`Run`); the byte
+end of every token and the token position of every block end come from vectorised passes, so no
+Python code runs per token or per short block, only per chunk.
 
 A chunk is a contiguous byte range of the run, optionally preceded by a prefix (heading path,
 table header) and starting with ``overlap`` tokens that end the previous chunk. Cut points, best
 first:
 
 1. block ends: as many whole blocks as fit (tables: at most ``max_units`` rows);
-2. inside a block that does not fit: piece ends, then delimiter ends;
+2. inside a block that does not fit: delimiter ends;
 3. token ends, moved back to a character boundary (and to a nearby hard boundary when there
    is one, so the next chunk's count needs no re-encoding).
 
-Candidates are chosen on approximate token positions, then the chunk's exact count is taken with
-:meth:`Run.count`; if it is over the limit the cut moves back. So no chunk exceeds the limit,
-whatever the tokenizer does at the edges.
+Candidates are chosen on the run's token positions, then the chunk's exact count (prefix and
+edges included) is taken with :meth:`Run.count`; if it is over the limit the cut moves back.
+So no chunk exceeds the limit, whatever the tokenizer does at the edges.
 """
 
 from __future__ import annotations
@@ -27,12 +24,12 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
-from operator import add
 from typing import Any
 
+import numpy as np
+
 from include.contract import Position
-from plugins.chunkers.options import delimiter_pattern, delimiter_text_pattern
+from plugins.chunkers.options import delimiter_pattern
 from plugins.chunkers.span import Run
 
 __all__ = ["Draft", "Prefix", "pack_run"]
@@ -76,54 +73,19 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-@dataclass(slots=True)
-class _Layout:
-    units: list[str]
-    joined: list[bool]  # unit followed by a joining "\n" (False: the next piece continues it)
-    block_starts: list[int]  # byte offsets of the blocks in the run ("\n".join(texts))
-    block_ends: list[int]
+def _block_layout(texts: Sequence[str], run: Run) -> tuple[list[int], list[int], list[int]]:
+    """Byte start, byte end and end token position of every block of the run.
 
-
-def _layout(texts: Sequence[str], limit: int, pieces_re: re.Pattern[str]) -> _Layout:
-    """Group short blocks into units of at most ``group_target`` bytes, cut long ones into pieces.
-
-    Greedy, in order: a group takes blocks while its bytes (joins included) stay within the
-    target. The group ends are found by bisection over the blocks' end offsets, so the work
-    per block is done by C loops (sizes, sums), and Python runs once per unit.
+    Vectorised: this runs for every block of every document, so no Python code per block.
     """
-    group_target = max(2048, 2 * limit)
-    piece_target = max(1024, limit)
-    sizes = [len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts]
-    n = len(sizes)
-    starts = list(map(add, accumulate(sizes, initial=0), range(n)))  # + one join byte per block
-    ends = list(map(add, starts, sizes))
-    lay = _Layout([], [], starts, ends)
-    units, joined = lay.units, lay.joined
-    # Blocks longer than the limit may hold more tokens than a chunk: pieces at delimiter ends.
-    long = list(compress(range(n), map(limit.__lt__, sizes)))
-    g = 0
-    for stop in (*long, n):
-        while g < stop:
-            nxt = bisect_right(ends, starts[g] + group_target, g + 1, stop)
-            units.append("\n".join(texts[g:nxt]))
-            joined.append(True)
-            g = nxt
-        if stop == n:
-            break
-        text = texts[stop]
-        prev = 0
-        # One search per piece (not one match per line): the first delimiter run that ends
-        # at least piece_target characters after the piece start.
-        while (m := pieces_re.search(text, prev + piece_target - 1)) is not None and m.end() < len(text):
-            units.append(text[prev : m.end()])
-            joined.append(False)
-            prev = m.end()
-        units.append(text[prev:])
-        joined.append(True)
-        g = stop + 1
-    if joined:
-        joined[-1] = False
-    return lay
+    n = len(texts)
+    if len(run.data) == sum(map(len, texts)) + n - 1:  # all ASCII: characters are bytes
+        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    else:
+        sizes = np.array([len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts], dtype=np.int64)
+    ends = np.cumsum(sizes + 1) - 1  # one joining "\n" after every block but the last
+    end_tokens = np.searchsorted(run.token_end_array, ends, side="right")
+    return (ends - sizes).tolist(), ends.tolist(), end_tokens.tolist()
 
 
 class _Cutter:
@@ -134,6 +96,7 @@ class _Cutter:
         run: Run,
         block_starts: list[int],
         block_ends: list[int],
+        end_tokens: list[int],
         delimiters: re.Pattern[bytes],
         max_units: int,
         isolate_split: bool,
@@ -144,78 +107,57 @@ class _Cutter:
         self.delimiters = delimiters
         self.max_units = max_units
         self.isolate_split = isolate_split
-        self.end_tb = [c + n for c, n in zip(run.cum, run.ntok, strict=True)]
+        self.end_tokens = end_tokens  # token position of every block end
 
     def cut(self, pos: int, max_tokens: int) -> int:
-        """Furthest cut after ``pos`` whose approximate count stays within ``max_tokens``."""
-        run, block_ends = self.run, self.block_ends
+        """Furthest cut after ``pos`` whose token position stays within ``max_tokens``."""
         block = bisect_right(self.block_starts, pos) - 1
-        cap = block_ends[min(len(block_ends) - 1, block + self.max_units - 1)]
+        last = min(len(self.block_ends) - 1, block + self.max_units - 1)
         if self.isolate_split and pos > self.block_starts[block]:
-            cap = block_ends[block]  # the rest of a split row is not glued to the next rows
-        j = bisect_right(self.end_tb, max_tokens) - 1  # the last unit that fits whole
-        # 1. Block ends: up to the end of unit j, or inside the unit after it.
-        bound = min(run.ends[j], cap) if j >= 0 else 0
-        i = bisect_right(block_ends, bound) - 1
-        best = block_ends[i] if i >= 0 else -1
-        spill = j + 1
-        if spill < len(run.starts) and run.starts[spill] < cap:
-            lo = bisect_right(block_ends, run.starts[spill])
-            hi = bisect_right(block_ends, min(run.ends[spill], cap))
-            k = self._furthest(block_ends, lo, hi, max_tokens)
-            if k >= 0:
-                best = max(best, block_ends[k])
-        if best > pos:
-            return best
-        # 2. The block does not fit: piece ends, then delimiter ends, then token ends within it.
-        bend = block_ends[block]
-        unit = run.unit_at(pos)
-        if j >= unit and pos < run.ends[j] < bend:
-            piece_end, spill = run.ends[j], j + 1
-        else:
-            piece_end, spill = -1, unit
-        sentence = self._sentence_cut(pos, spill, bend, max_tokens)
+            last = block  # the rest of a split row is not glued to the next rows
+        # 1. Block ends: as many whole blocks as fit.
+        j = bisect_right(self.end_tokens, max_tokens, block, last + 1) - 1
+        if j >= block and self.block_ends[j] > pos:
+            return self.block_ends[j]
+        # 2. The block does not fit: delimiter ends, then token ends within it.
+        bend = self.block_ends[block]
+        sentence = self._sentence_cut(pos, bend, max_tokens)
         if sentence > pos:
             return sentence
-        if piece_end > pos:
-            return piece_end
-        return self._token_cut(pos, spill, max_tokens)
+        return self._token_cut(pos, bend, max_tokens)
 
-    def _furthest(self, offs: Sequence[int], lo: int, hi: int, max_tokens: int) -> int:
-        """Index of the furthest offset in ``offs[lo:hi]`` within ``max_tokens`` (-1 if none)."""
-        tokens_before = self.run.tokens_before
+    def _sentence_cut(self, pos: int, bound: int, max_tokens: int) -> int:
+        """Furthest delimiter end in ``(pos, bound]`` within ``max_tokens``."""
+        run = self.run
+        # Look no further than the token where the budget runs out: a huge block without
+        # delimiters must not be scanned again for every chunk.
+        end = min(bound, run.offset_of(max_tokens + 1))
+        offs = [m.end() for m in self.delimiters.finditer(run.data, pos, end)]
+        tokens_before = run.tokens_before
+        lo, hi = 0, len(offs)
         while lo < hi:
             mid = (lo + hi) // 2
             if tokens_before(offs[mid]) <= max_tokens:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo - 1
+        return offs[lo - 1] if lo > 0 else pos
 
-    def _sentence_cut(self, pos: int, unit: int, bound: int, max_tokens: int) -> int:
-        """Furthest delimiter end in ``unit`` (not past ``bound``) within ``max_tokens``."""
+    def _token_cut(self, pos: int, bound: int, max_tokens: int) -> int:
         run = self.run
-        # Look no further than the token where the budget runs out: a huge block without
-        # delimiters must not be scanned again for every chunk.
-        end = min(run.ends[unit], bound, run.offset_of(max_tokens + 1))
-        offs = [m.end() for m in self.delimiters.finditer(run.data, max(pos, run.starts[unit]), end)]
-        k = self._furthest(offs, 0, len(offs), max_tokens)
-        return offs[k] if k >= 0 else pos
-
-    def _token_cut(self, pos: int, unit: int, max_tokens: int) -> int:
-        run = self.run
-        base = run.starts[unit]
-        ends = run.unit_ends(unit)  # offsets in the run
-        k = min(max_tokens - run.cum[unit], len(ends))
-        while k > 0 and not run.is_char_start(ends[k - 1]):
+        k = min(max_tokens, run.tokens_before(bound))
+        cut = run.offset_of(k)
+        while cut > pos and not run.is_char_start(cut):
             k -= 1  # a token that ends inside a multi-byte character
-        cut = ends[k - 1] if k > 0 else base
+            cut = run.offset_of(k)
         if cut <= pos:
             # Not even one token fits the estimate: take the smallest step that makes progress.
-            k = bisect_right(ends, pos) + 1
-            while k < len(ends) and not run.is_char_start(ends[k - 1]):
+            k = run.tokens_before(pos) + 1
+            cut = min(run.offset_of(k), bound)
+            while cut < bound and not run.is_char_start(cut):
                 k += 1
-            return ends[min(k, len(ends)) - 1]
+                cut = min(run.offset_of(k), bound)
+            return cut
         hard = run.last_hard_before(pos, cut, scan=8)
         return hard if hard > pos else cut
 
@@ -285,10 +227,9 @@ def pack_run(
     """
     if not texts:
         return []
-    lay = _layout(texts, limit, delimiter_text_pattern(delimiters))
-    run = Run(lay.units, lay.joined)
-    block_starts, block_ends = lay.block_starts, lay.block_ends
-    cutter = _Cutter(run, block_starts, block_ends, delimiter_pattern(delimiters), max_units, isolate_split)
+    run = Run("\n".join(texts))
+    block_starts, block_ends, end_tokens = _block_layout(texts, run)
+    cutter = _Cutter(run, block_starts, block_ends, end_tokens, delimiter_pattern(delimiters), max_units, isolate_split)
     size = len(run)
     drafts: list[Draft] = []
     pos = 0

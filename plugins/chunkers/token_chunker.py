@@ -27,7 +27,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, content_hash
+from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, text_hash
 from plugins.chunkers.options import ChunkOptions
 from plugins.chunkers.pack import Draft, Prefix, pack_run
 from plugins.chunkers.registry import register_chunker
@@ -222,7 +222,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             sequence=seq,
             text=d.text,
             token_count=d.token_count,
-            content_hash=content_hash(d.text),
+            content_hash=text_hash(d.text),
             heading_path=d.heading_path,
             positions=d.positions,
             kind=d.kind,

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from include.contract import Block, BlockKind, ParsedDocument, chunk_id, content_hash
+from include.contract import Block, BlockKind, ParsedDocument, chunk_id, text_hash
 from plugins.chunkers import chunk_document
 from plugins.chunkers.table import TableRows, render_row
 from plugins.chunkers.tokenizer import count_tokens
@@ -59,7 +59,7 @@ def _check_common(doc: ParsedDocument, chunks, limit: int) -> None:
         assert c.token_count == count_tokens(c.text), c.text
         assert c.token_count <= limit
         assert c.sequence == seq and c.chunk_id == chunk_id("doc", seq) and c.doc_id == "doc"
-        assert c.content_hash == content_hash(c.text)
+        assert c.content_hash == text_hash(c.text)
         # Tables never share a chunk with prose: a chunk's positions are all of one kind.
         kinds = {doc.blocks[p.line - 1].kind == BlockKind.TABLE for p in c.positions}
         assert kinds == {c.kind == "table"}, (c.kind, c.positions)

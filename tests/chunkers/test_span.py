@@ -56,8 +56,8 @@ def runs(draw: st.DrawFn) -> tuple[list[str], int, int, str]:
 @given(runs())
 def test_run_count_is_exact(case: tuple[list[str], int, int, str]) -> None:
     texts, a, b, prefix = case
-    run = Run(texts)
     joined = "\n".join(texts)
+    run = Run(joined)
     start, end = len(joined[:a].encode()), len(joined[:b].encode())
     expected = len(get_encoding().encode_ordinary(prefix + joined[a:b]))
     assert run.count(start, end, prefix) == expected
@@ -65,13 +65,13 @@ def test_run_count_is_exact(case: tuple[list[str], int, int, str]) -> None:
 
 @SETTINGS
 @given(st.lists(st.one_of(tricky, block_text()), min_size=1, max_size=6), st.data())
-def test_run_count_over_split_pieces(texts: list[str], data: st.DataObject) -> None:
-    # Pieces of one block follow each other with no joining newline.
+def test_run_count_over_texts_glued_with_or_without_newlines(texts: list[str], data: st.DataObject) -> None:
+    # Pieces glued directly (no newline) put arbitrary characters on both sides of a junction.
     joined_flags = [data.draw(st.booleans()) for _ in texts]
-    run = Run(texts, joined_flags)
     text = "".join(
         t + ("\n" if j and i < len(texts) - 1 else "") for i, (t, j) in enumerate(zip(texts, joined_flags, strict=True))
     )
+    run = Run(text)
     assert run.data == text.encode()
     a = data.draw(st.integers(0, len(text)))
     b = data.draw(st.integers(a, len(text)))
