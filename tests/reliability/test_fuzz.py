@@ -10,21 +10,35 @@ per-document budget (plus the isolation grace); ``lakesheet_to_xlsx`` raises not
 :class:`LakesheetError`. Cases run are printed per parser (``pytest -s`` shows them); scale the
 campaign with ``TRIBUTARY_FUZZ_SCALE`` (default 1).
 
+Peak memory is bounded per document (``MEMORY_BOUND``), measured two ways around every call:
+the peak of Python allocations during the call (``tracemalloc``, exact whatever the process held
+before, but blind to C libraries' own buffers: libxml2, pdfium), and the growth of the resident
+set's high-water mark (``VmHWM`` reset to the current RSS through ``/proc/self/clear_refs`` before
+the call — every allocation, C included, but only beyond memory the process already had). For the
+forked PDF parser both are taken inside the child (its own tracemalloc peak, its RSS high-water
+mark reset right after the fork) and reported before it exits.
+
 Legacy Office (``.doc/.xls/.ppt``) is not fuzzed here: every case is a LibreOffice conversion
 (seconds each); its hostile cases live in tests/parsers/test_hostile.py.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import io
 import json
 import os
 import resource
 import time
+import tracemalloc
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -52,6 +66,17 @@ PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentatio
 
 CASES: Counter[str] = Counter()
 OUTCOMES: dict[str, Counter[str]] = {}
+# parser -> (input bytes, Python peak bytes, RSS high-water growth bytes) per case
+MEMORY: dict[str, list[tuple[int, int, int]]] = {}
+MIB = 1 << 20
+
+
+def memory_bound(size: int) -> int:
+    """Most memory one parse of ``size`` content bytes may take: a fixed allowance for the parser's
+    working set plus 256 bytes per input byte (the Markdown parser's token stream and blocks were
+    measured at ~80x its input in a fresh process, ~170x with tracemalloc's bookkeeping; the other
+    parsers stay under ~35x), and never more than 256 MiB for one document."""
+    return min(64 * MIB + 256 * size, 256 * MIB)
 
 
 # --------------------------------------------------------------------------- seeds
@@ -192,6 +217,98 @@ def mutated(draw: st.DrawFn, parser: str, is_zip: bool) -> bytes:
     return data
 
 
+# --------------------------------------------------------------------------- memory
+
+
+def _status_kib(field_name: str) -> int:
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise LookupError(field_name)
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
+def _reset_rss_peak() -> None:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: "5" to clear_refs), after handing free heap
+    memory back to the system: a parse reusing memory the process already held would not raise
+    the high-water mark, and would be under-counted."""
+    _LIBC.malloc_trim(0)
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")
+
+
+# The isolated (forked) parsers run in a child: the fixture wraps os.fork/os._exit so the child
+# resets its own high-water mark after the fork and reports its figures in a file before exiting.
+_REAL_FORK, _REAL_EXIT = os.fork, os._exit
+_CHILD: dict[str, Any] = {}
+_CHILD_REPORTS: list[Path] = []
+CHILDREN_MEASURED: Counter[str] = Counter()
+
+
+def _fork_measured() -> int:
+    pid = _REAL_FORK()
+    if pid == 0:
+        _reset_rss_peak()
+        tracemalloc.reset_peak()
+        _CHILD.update(in_child=True, rss=_status_kib("VmRSS"), traced=tracemalloc.get_traced_memory()[0])
+    return pid
+
+
+def _exit_reporting(status: int) -> None:
+    if _CHILD.get("in_child") and _CHILD_REPORTS:
+        py_peak = tracemalloc.get_traced_memory()[1] - _CHILD["traced"]
+        growth = (_status_kib("VmHWM") - _CHILD["rss"]) * 1024
+        (_CHILD_REPORTS[0] / str(os.getpid())).write_text(f"{py_peak} {growth}")
+    _REAL_EXIT(status)
+
+
+@contextmanager
+def _measured(parser: str, size: int) -> Iterator[None]:
+    _reset_rss_peak()
+    rss_before = _status_kib("VmRSS")
+    tracemalloc.reset_peak()
+    traced_before = tracemalloc.get_traced_memory()[0]
+    yield
+    py_peak = tracemalloc.get_traced_memory()[1] - traced_before
+    rss_growth = (_status_kib("VmHWM") - rss_before) * 1024
+    if _CHILD_REPORTS:
+        for report in _CHILD_REPORTS[0].iterdir():
+            child_py, child_rss = (int(v) for v in report.read_text().split())
+            py_peak, rss_growth = max(py_peak, child_py), max(rss_growth, child_rss)
+            CHILDREN_MEASURED[parser] += 1
+            report.unlink()
+    MEMORY.setdefault(parser, []).append((size, max(py_peak, 0), max(rss_growth, 0)))
+
+
+@pytest.fixture
+def memory_tracing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    _CHILD_REPORTS[:] = [tmp_path]
+    monkeypatch.setattr(os, "fork", _fork_measured)
+    monkeypatch.setattr(os, "_exit", _exit_reporting)
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+        _CHILD_REPORTS.clear()
+
+
+def _memory_line(parser: str) -> str:
+    rows = MEMORY.get(parser, [])
+    if not rows:
+        return f"{parser}: no cases"
+    py = max(rows, key=lambda r: r[1])
+    rss = max(rows, key=lambda r: r[2])
+    return (
+        f"{parser}: {len(rows)} cases, max input {max(r[0] for r in rows) / 1024:.0f} KiB, "
+        f"max Python peak {py[1] / MIB:.2f} MiB (input {py[0] / 1024:.0f} KiB), "
+        f"max RSS growth {rss[2] / MIB:.2f} MiB (input {rss[0] / 1024:.0f} KiB)"
+    )
+
+
 # --------------------------------------------------------------------------- parsers
 
 
@@ -208,7 +325,7 @@ def test_unsupported_zip_version_is_a_parse_error():
 
 
 @pytest.mark.parametrize("parser", sorted(SEEDS))
-def test_parser_fuzz_raises_only_parse_error_within_budget(parser: str):
+def test_parser_fuzz_raises_only_parse_error_within_budget(parser: str, memory_tracing: None):
     media_type, file_name, seeds = SEEDS[parser]
     for seed in seeds:  # the seeds themselves are real, parseable documents
         assert parse_document(RawDocument("seed", seed, file_name, media_type=media_type), OPTIONS).parser == parser
@@ -226,19 +343,110 @@ def test_parser_fuzz_raises_only_parse_error_within_budget(parser: str):
     def run(data: bytes) -> None:
         CASES[parser] += 1
         started = time.monotonic()
-        try:
-            doc = parse_document(RawDocument("fuzz", data, file_name, media_type=media_type), OPTIONS)
-            outcomes["parsed"] += 1
-            assert isinstance(doc.blocks, list)
-        except ParseError as exc:
-            outcomes[exc.code.value] += 1
+        with _measured(parser, len(data)):
+            try:
+                doc = parse_document(RawDocument("fuzz", data, file_name, media_type=media_type), OPTIONS)
+                outcomes["parsed"] += 1
+                assert isinstance(doc.blocks, list)
+            except ParseError as exc:
+                outcomes[exc.code.value] += 1
         # a hang would be bounded by the budget (cooperative or the forked child's hard kill)
         assert time.monotonic() - started < BUDGET_S + _GRACE_S
+        size, py_peak, rss_growth = MEMORY[parser][-1]
+        assert py_peak <= memory_bound(size), f"{py_peak / MIB:.1f} MiB of Python objects for {size} bytes"
+        assert rss_growth <= memory_bound(size), f"RSS grew {rss_growth / MIB:.1f} MiB for {size} bytes"
 
     run()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\nfuzz {parser}: {CASES[parser]} cases, outcomes {dict(outcomes)}, process peak RSS {peak_mib:.0f} MiB")
+    print(f"fuzz memory per document: {_memory_line(parser)}")
     assert CASES[parser] >= 5
+    assert len(MEMORY[parser]) == CASES[parser]  # every case was measured
+    if parser == "pdf":  # the forked children's figures really were read
+        assert CHILDREN_MEASURED[parser] >= CASES[parser] // 2
+
+
+# --------------------------------------------------------------------------- large inputs
+
+_LINE = "第{i}段：增量同步把变化的文档重新解析、切块并写入索引。Paragraph {i} of a long document."
+
+
+def _large(parser: str) -> bytes:
+    """A real, parseable document of about 1-2 MiB of content in each format."""
+    n = 8000
+    if parser == "csv":
+        return (
+            "id,name,qty,note\n" + "".join(f"{i},产品{i},{i % 97},{_LINE.format(i=i)}\n" for i in range(n))
+        ).encode()
+    if parser == "text":
+        return "\n\n".join(_LINE.format(i=i) for i in range(n)).encode()
+    if parser == "markdown":
+        return "".join(
+            f"## 第{i}节\n\n{_LINE.format(i=i)}\n\n| a | b |\n|---|---|\n| {i} | x |\n\n" for i in range(n // 4)
+        ).encode()
+    if parser == "html":
+        body = "".join(f"<h2>第{i}节</h2><p>{_LINE.format(i=i)}</p><ul><li>{i}</li></ul>" for i in range(n // 2))
+        return f"<!doctype html><html><head><meta charset=utf-8><title>大文档</title></head><body>{body}</body></html>".encode()
+    if parser == "json":
+        return json.dumps(
+            {"items": [{"id": i, "text": _LINE.format(i=i)} for i in range(n)]}, ensure_ascii=False
+        ).encode()
+    if parser == "jsonl":
+        return "".join(
+            json.dumps({"id": i, "text": _LINE.format(i=i)}, ensure_ascii=False) + "\n" for i in range(n)
+        ).encode()
+    if parser == "docx":
+        return build_docx("".join(p(f"第{i}节", "Heading1") + p(_LINE.format(i=i)) for i in range(n // 2)))
+    if parser == "xlsx":
+        from openpyxl import Workbook
+
+        wb = Workbook(write_only=True)
+        ws = wb.create_sheet("数据")
+        ws.append(["id", "name", "qty", "note"])
+        for i in range(n):
+            ws.append([i, f"产品{i}", i % 97, _LINE.format(i=i)])
+        buf = io.BytesIO()
+        wb.save(buf)
+        return buf.getvalue()
+    if parser == "pptx":
+        from pptx import Presentation
+
+        prs = Presentation()
+        for i in range(300):
+            slide = prs.slides.add_slide(prs.slide_layouts[1])
+            slide.shapes.title.text = f"第{i}页"
+            slide.placeholders[1].text = "\n".join(_LINE.format(i=i * 10 + k) for k in range(10))
+        buf = io.BytesIO()
+        prs.save(buf)
+        return buf.getvalue()
+    if parser == "pdf":
+        text = "line {k} of page {pg}: incremental sync re-parses changed documents only."
+        return build_pdf([[(20, 30 + 12 * k, 9, text.format(k=k, pg=pg)) for k in range(60)] for pg in range(300)])
+    raise AssertionError(parser)
+
+
+def _content_size(data: bytes) -> int:
+    """What a parser has to hold: the bytes, or for a zip package its members inflated."""
+    if data[:2] != b"PK":
+        return len(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return max(len(data), sum(i.file_size for i in zf.infolist()))
+
+
+@pytest.mark.parametrize("parser", sorted(SEEDS))
+def test_peak_memory_of_a_large_document_is_bounded(parser: str, memory_tracing: None):
+    """The fuzz cases are small; this measures one real document of ~1-2 MiB of content per format
+    (budget raised so the whole parse runs) against the same per-document bound."""
+    media_type, file_name, _ = SEEDS[parser]
+    data = _large(parser)
+    size = _content_size(data)
+    options = {**OPTIONS, "time_budget_s": 120.0}
+    with _measured(f"large {parser}", size):
+        doc = parse_document(RawDocument("large", data, file_name, media_type=media_type), options)
+    assert doc.parser == parser and len(doc.text) > 100_000  # the whole document was read
+    _, py_peak, rss_growth = MEMORY[f"large {parser}"][-1]
+    print(f"\nfuzz memory per document: {_memory_line(f'large {parser}')}, file {len(data) / 1024:.0f} KiB")
+    assert py_peak <= memory_bound(size) and rss_growth <= memory_bound(size)
 
 
 # --------------------------------------------------------------------------- lakesheet
@@ -270,7 +478,7 @@ def lakesheet_bodies(draw: st.DrawFn) -> str:
     return draw(st.sampled_from([_flip, _truncate, _insert]))(body, draw).decode("utf-8", "replace")
 
 
-def test_lakesheet_fuzz_raises_only_lakesheet_error():
+def test_lakesheet_fuzz_raises_only_lakesheet_error(memory_tracing: None):
     assert lakesheet_to_xlsx(_wrapper(GOLDEN))[:2] == b"PK"
     outcomes: Counter[str] = Counter()
 
@@ -279,15 +487,20 @@ def test_lakesheet_fuzz_raises_only_lakesheet_error():
     @given(body=lakesheet_bodies())
     def run(body: str) -> None:
         CASES["lakesheet"] += 1
-        try:
-            out = lakesheet_to_xlsx(body, max_bytes=8 << 20)
-            outcomes["xlsx"] += 1
-            assert out[:2] == b"PK"
-        except LakesheetError as exc:
-            outcomes[exc.code] += 1
+        with _measured("lakesheet", len(body)):
+            try:
+                out = lakesheet_to_xlsx(body, max_bytes=8 << 20)
+                outcomes["xlsx"] += 1
+                assert out[:2] == b"PK"
+            except LakesheetError as exc:
+                outcomes[exc.code] += 1
+        _, py_peak, rss_growth = MEMORY["lakesheet"][-1]
+        # the bound follows the inflate cap (8 MiB), not the compressed input
+        assert max(py_peak, rss_growth) <= memory_bound(8 << 20)
 
     run()
     print(f"\nfuzz lakesheet: {CASES['lakesheet']} cases, outcomes {dict(outcomes)}")
+    print(f"fuzz memory per document: {_memory_line('lakesheet')}")
     assert CASES["lakesheet"] >= 10
 
 
