@@ -1,0 +1,141 @@
+"""Run Airflow CLI commands one after another in one process, for tests/reliability/test_crash_airflow.py.
+
+``python -m tests.reliability._airflow_driver`` reads a JSON list of jobs on stdin; each job is an
+``airflow`` argv (``["dags", "test", ...]``, ``["tasks", "clear", ...]``, ``["tasks", "test", ...]``)
+with the TRIBUTARY_HOME and sources file it runs against. The argv goes through Airflow's own CLI
+parser and command function, exactly as ``airflow <argv>`` would run it; sharing one process only
+saves the interpreter start-up and Airflow's in-process execution API set-up (~8 s a command).
+After each job one line ``RESULT <json>`` reports the newest DAG run, its task instances, and a
+snapshot of the index, item state and run log (computed here, so between two jobs).
+
+The snapshot helpers are also what the test compares with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+SOURCE = "files:crash"
+DAG_ID = "sync_files_crash"
+MARK = "RESULT "
+
+
+def snapshot(home: Path) -> dict[str, Any]:
+    """Index (chunk id -> text, raw row counts) and item state of the source, from the files on disk."""
+    from include.index.sqlite_fts import SqliteFtsIndex
+    from include.stores import open_state_store
+
+    index = SqliteFtsIndex(home / "index.db")
+    try:
+        chunks = {cid: index.get_chunk(cid)["text"] for cid in sorted(index.chunk_ids(source=SOURCE))}
+    finally:
+        index.close()
+    db = sqlite3.connect(home / "index.db")
+    try:
+        # chunk_ids() is a set: duplicate rows, and full-text rows orphaned by a killed write, show only here
+        rows = db.execute("SELECT COUNT(*) FROM chunks WHERE source = ?", (SOURCE,)).fetchone()[0]
+        fts_rows = db.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()[0]
+    finally:
+        db.close()
+    store = open_state_store(f"sqlite:///{home / 'state.db'}")
+    try:
+        state = {
+            k: [s.version.content_hash if s.version else None, list(s.chunk_ids), s.failure_count]
+            for k, s in sorted(store.items(SOURCE).items())
+        }
+    finally:
+        store.close()
+    return {"chunks": chunks, "state": state, "rows": rows, "fts_rows": fts_rows}
+
+
+def run_log(home: Path, run_id: str) -> dict[str, Any]:
+    """The run-log row of one run (status, counts, error) with its lineage rows."""
+    from include.stores import open_state_store
+
+    store = open_state_store(f"sqlite:///{home / 'state.db'}")
+    try:
+        run = store.get_run(run_id, SOURCE)
+        if run is None:
+            return {}
+        items = store.run_items(run_id, source=SOURCE)
+        return {
+            "status": run["status"],
+            "counts": run.get("counts") or {},
+            "error": run.get("error"),
+            "items": {i["item_key"]: i["action"] for i in items},
+            "lineage_rows": len(items),
+        }
+    finally:
+        store.close()
+
+
+def dag_run(dag_id: str = DAG_ID, run_id: str | None = None) -> dict[str, Any]:
+    """The newest (or the named) DAG run and its task instances, as the metadata DB has them."""
+    import sqlalchemy as sa
+    from airflow.configuration import conf
+
+    engine = sa.create_engine(conf.get("database", "sql_alchemy_conn"))
+    try:
+        with engine.connect() as conn:
+            where = "run_id = :r" if run_id else "1 = 1"
+            run = conn.execute(
+                sa.text(
+                    f"SELECT run_id, state, logical_date FROM dag_run WHERE dag_id = :d AND {where} ORDER BY id DESC LIMIT 1"
+                ),
+                {"d": dag_id, "r": run_id},
+            ).one_or_none()
+            if run is None:
+                return {}
+            rows = conn.execute(
+                sa.text(
+                    "SELECT task_id, map_index, state, try_number FROM task_instance WHERE dag_id = :d AND run_id = :r"
+                ),
+                {"d": dag_id, "r": run[0]},
+            ).all()
+    finally:
+        engine.dispose()
+    return {
+        "run_id": run[0],
+        "state": run[1],
+        "logical_date": str(run[2]),
+        "tis": {(t if m < 0 else f"{t}[{m}]"): s for t, m, s, _ in rows},
+    }
+
+
+def _run_cli(argv: list[str]) -> int:
+    from airflow.cli.cli_parser import get_parser
+
+    args = get_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except SystemExit as exc:  # `dags test` exits 1 ("DagRun failed") when the run failed
+        return 0 if exc.code in (None, 0) else 1
+    return 0
+
+
+def main() -> None:
+    jobs = json.load(sys.stdin)
+    for job in jobs:
+        os.environ["TRIBUTARY_HOME"] = job["home"]
+        os.environ["TRIBUTARY_SOURCES"] = job["sources"]
+        code = _run_cli(job["argv"])
+        run = dag_run(run_id=job.get("run_id"))
+        home = Path(job["home"])
+        result = {
+            "argv": job["argv"],
+            "exit": code,
+            "dag_run": run,
+            "snapshot": snapshot(home),
+            "run_log": run_log(home, run["run_id"]) if run else {},
+        }
+        sys.stdout.write(MARK + json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
