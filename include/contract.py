@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
+from xxhash import xxh3_128_hexdigest
+
 __all__ = [
     "Block",
     "BlockKind",
@@ -53,9 +55,11 @@ def text_hash(text: str) -> str:
     """Hash of the exact text (a chunk's ``content_hash``): what the index stores must match it.
 
     Unlike :func:`content_hash`, whitespace counts: a chunk whose text changed only in
-    whitespace is a different chunk to the index (and hashing needs no normalising pass).
+    whitespace is a different chunk to the index. XXH3-128 rather than SHA-256: it only tells
+    an upsert whether a chunk's text changed (128 bits make an accidental match negligible) and
+    is computed for every chunk, where SHA-256 cost ~2% of the chunker's time.
     """
-    return _sha256(text.encode("utf-8"))[:32]
+    return xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 def options_hash(options: dict[str, Any]) -> str:

@@ -33,9 +33,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["DEFAULT_DELIMITERS", "ChunkOptions", "delimiter_pattern", "delimiter_text_pattern", "parse_delimiters"]
+__all__ = ["DEFAULT_DELIMITERS", "ChunkOptions", "delimiter_bytes", "delimiter_pattern", "parse_delimiters"]
 
 DEFAULT_DELIMITERS = "\n。；！？!?;"
+_VALIDATED: dict[frozenset[tuple[str, type, Any]], ChunkOptions] = {}  # options -> validated options
 
 
 class ChunkOptions(BaseModel):
@@ -72,13 +73,24 @@ class ChunkOptions(BaseModel):
     def from_mapping(cls, options: Mapping[str, Any] | None, **overrides: Any) -> ChunkOptions:
         """Validate a source's options; errors become a ``ValueError`` naming the bad option."""
         data = {**dict(options or {}), **overrides}
+        try:  # 1 and True are different options (and JSON), so the key holds the types too
+            key: frozenset[tuple[str, type, Any]] | None = frozenset((k, type(v), v) for k, v in data.items())
+        except TypeError:
+            key = None  # an unhashable value (a list, say): validated every time
+        if key is not None and (hit := _VALIDATED.get(key)) is not None:
+            return hit  # frozen, so one instance serves every document of a source
         try:
-            return cls.model_validate(data)
+            opts = cls.model_validate(data)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}" for err in exc.errors()
             )
             raise ValueError(f"invalid chunker options: {problems}") from None
+        if key is not None:
+            if len(_VALIDATED) > 256:
+                _VALIDATED.clear()
+            _VALIDATED[key] = opts
+        return opts
 
 
 @cache
@@ -98,13 +110,13 @@ def parse_delimiters(spec: str) -> tuple[str, ...]:
 
 
 @cache
+def delimiter_bytes(spec: str) -> tuple[bytes, ...]:
+    """The delimiters as UTF-8 bytes, longest first."""
+    return tuple(d.encode("utf-8") for d in parse_delimiters(spec))
+
+
+@cache
 def delimiter_pattern(spec: str) -> re.Pattern[bytes]:
     """A bytes pattern matching a run of delimiters (a sentence keeps its closing punctuation)."""
     alternatives = b"|".join(re.escape(d.encode("utf-8")) for d in parse_delimiters(spec))
     return re.compile(b"(?:" + alternatives + b")+")
-
-
-@cache
-def delimiter_text_pattern(spec: str) -> re.Pattern[str]:
-    """The same as :func:`delimiter_pattern`, for ``str``."""
-    return re.compile("(?:" + "|".join(re.escape(d) for d in parse_delimiters(spec)) + ")+")

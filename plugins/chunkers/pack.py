@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from include.contract import Position
-from plugins.chunkers.options import delimiter_pattern
+from plugins.chunkers.options import delimiter_bytes, delimiter_pattern
 from plugins.chunkers.span import Run
 
 __all__ = ["Draft", "Prefix", "pack_run"]
@@ -62,10 +62,13 @@ class Draft:
 
 
 def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: int) -> list[Position]:
+    spans = [ps for ps in units_positions[first : last + 1] if ps]
+    if len(spans) <= 1:
+        return list(spans[0]) if spans else []  # one block's positions are distinct already
     seen: set[tuple[Any, ...]] = set()
     out: list[Position] = []
-    for i in range(first, last + 1):
-        for p in units_positions[i]:
+    for ps in spans:
+        for p in ps:
             key = (p.page, p.bbox, p.sheet, p.row, p.line, p.slide, p.path)
             if key not in seen:
                 seen.add(key)
@@ -98,6 +101,7 @@ class _Cutter:
         block_ends: list[int],
         end_tokens: list[int],
         delimiters: re.Pattern[bytes],
+        delimiter_bytes: tuple[bytes, ...],
         max_units: int,
         isolate_split: bool,
     ) -> None:
@@ -105,6 +109,7 @@ class _Cutter:
         self.block_starts = block_starts
         self.block_ends = block_ends
         self.delimiters = delimiters
+        self.delimiter_bytes = delimiter_bytes
         self.max_units = max_units
         self.isolate_split = isolate_split
         self.end_tokens = end_tokens  # token position of every block end
@@ -127,21 +132,22 @@ class _Cutter:
         return self._token_cut(pos, bend, max_tokens)
 
     def _sentence_cut(self, pos: int, bound: int, max_tokens: int) -> int:
-        """Furthest delimiter end in ``(pos, bound]`` within ``max_tokens``."""
+        """End of the delimiter run holding the last delimiter in ``(pos, bound]`` within ``max_tokens``."""
         run = self.run
+        data = run.data
         # Look no further than the token where the budget runs out: a huge block without
         # delimiters must not be scanned again for every chunk.
         end = min(bound, run.offset_of(max_tokens + 1))
-        offs = [m.end() for m in self.delimiters.finditer(run.data, pos, end)]
-        tokens_before = run.tokens_before
-        lo, hi = 0, len(offs)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if tokens_before(offs[mid]) <= max_tokens:
-                lo = mid + 1
-            else:
-                hi = mid
-        return offs[lo - 1] if lo > 0 else pos
+        while end > pos:
+            last = max(data.rfind(d, pos, end) for d in self.delimiter_bytes)
+            if last < 0:
+                return pos
+            match = self.delimiters.match(data, last, end)
+            cut = match.end() if match is not None else last
+            if cut > pos and run.tokens_before(cut) <= max_tokens:
+                return cut
+            end = last  # a delimiter cut inside a multi-byte one: look further back
+        return pos
 
     def _token_cut(self, pos: int, bound: int, max_tokens: int) -> int:
         run = self.run
@@ -229,7 +235,16 @@ def pack_run(
         return []
     run = Run("\n".join(texts))
     block_starts, block_ends, end_tokens = _block_layout(texts, run)
-    cutter = _Cutter(run, block_starts, block_ends, end_tokens, delimiter_pattern(delimiters), max_units, isolate_split)
+    cutter = _Cutter(
+        run,
+        block_starts,
+        block_ends,
+        end_tokens,
+        delimiter_pattern(delimiters),
+        delimiter_bytes(delimiters),
+        max_units,
+        isolate_split,
+    )
     size = len(run)
     drafts: list[Draft] = []
     pos = 0
@@ -262,8 +277,7 @@ def pack_run(
                 prefix = Prefix(heading_path=prefix.heading_path)
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
-        body = run.data[pos:cut]
-        if folded or (body.strip() and (body.isascii() or not run.decode(pos, cut).isspace())):
+        if folded or _says_something(run, pos, cut):
             first_block = min(first_block, bisect_right(block_starts, start) - 1)
             last_block = bisect_right(block_starts, cut - 1) - 1
             overlap_end = prev[1] if prev is not None and start < pos else start
@@ -276,6 +290,16 @@ def pack_run(
         if i < len(block_ends) and block_ends[i] == cut and cut < size:
             pos = cut + 1  # the "\n" joining two blocks belongs to neither chunk
     return drafts
+
+
+def _says_something(run: Run, start: int, end: int) -> bool:
+    """False for an empty or whitespace-only body (the usual body starts with a visible ASCII byte)."""
+    if end <= start:
+        return False
+    if 0x20 < run.data[start] < 0x7F:
+        return True
+    body = run.data[start:end]
+    return bool(body.strip()) and (body.isascii() or not run.decode(start, end).isspace())
 
 
 def _draft(

@@ -47,7 +47,29 @@ def chunk_document(
     spec = get_chunker(name)
     opts = dict(options or {})
     chunks = spec.fn(doc, doc_id, opts)
-    stamp = {"chunker": spec.name, "chunker_version": spec.version, "chunker_options_hash": options_hash(opts)}
+    stamp = _stamp(spec, opts)
     for c in chunks:
         c.metadata.update(stamp)
     return chunks
+
+
+_STAMPS: dict[tuple[str, frozenset[tuple[str, type, Any]]], dict[str, str]] = {}
+
+
+def _stamp(spec: ChunkerSpec, opts: dict[str, Any]) -> dict[str, str]:
+    """Lineage fields of every chunk; memoised per chunker and options (hashing is per document)."""
+    try:
+        key: tuple[str, frozenset[tuple[str, type, Any]]] | None = (
+            spec.name,
+            frozenset((k, type(v), v) for k, v in opts.items()),  # 1 and True differ in JSON
+        )
+    except TypeError:  # unhashable option values: hash them every time
+        key = None
+    stamp = _STAMPS.get(key) if key is not None else None
+    if stamp is None:
+        stamp = {"chunker": spec.name, "chunker_version": spec.version, "chunker_options_hash": options_hash(opts)}
+        if key is not None:
+            if len(_STAMPS) > 256:
+                _STAMPS.clear()
+            _STAMPS[key] = stamp
+    return stamp

@@ -23,7 +23,6 @@ Options: :mod:`plugins.chunkers.options`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -144,19 +143,24 @@ def _is_header_echo(block: Block, following: Block | None) -> bool:
 def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> list[Chunk]:
     """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
     blocks = doc.blocks
-    paths = heading_paths(blocks)
+    texts = list(map(_TEXT, blocks))
+    kinds = set(map(_KIND, blocks))
+    TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
+    has_paths = HEADING in kinds or any(map(_HEADING_PATH, blocks))
+    paths = heading_paths(blocks) if has_paths else [()] * len(blocks)
     drafts: list[Draft] = []
     run: list[int] = []
 
     def flush_run() -> None:
         if not run:
             return
-        run_blocks = blocks if len(run) == len(blocks) else list(map(blocks.__getitem__, run))
-        run_paths = paths if len(run) == len(blocks) else list(map(paths.__getitem__, run))
+        whole = len(run) == len(blocks)
+        run_blocks = blocks if whole else list(map(blocks.__getitem__, run))
+        run_paths = paths if whole else list(map(paths.__getitem__, run))
         prefix_at = _Headings(run_blocks, run_paths, opts) if opts.headings else _plain_prefix(run_blocks, run_paths)
         drafts.extend(
             pack_run(
-                list(map(_TEXT, run_blocks)),
+                texts if whole else list(map(texts.__getitem__, run)),
                 list(map(_POSITIONS, run_blocks)),
                 prefix_at,
                 limit=opts.chunk_token_num,
@@ -177,13 +181,15 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             drafts.extend(table_drafts(table, opts, path_prefix))
             table = None
 
-    TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
     split_sections = opts.headings and not opts.cross_sections
-    if TABLE not in map(_KIND, blocks) and not (split_sections and HEADING in map(_KIND, blocks)):
+    if TABLE not in kinds and not (split_sections and HEADING in kinds):
         # One run of all the blocks that say something (what the loop below does for such a
-        # document, in C loops): strip() is empty exactly for blank text, and header echoes
+        # document, in C loops; isspace() stops at the first visible character): header echoes
         # only precede tables.
-        run.extend(compress(range(len(blocks)), map(str.strip, map(_TEXT, blocks))))
+        if "" in texts or any(map(str.isspace, texts)):
+            run.extend(i for i, t in enumerate(texts) if t and not t.isspace())
+        else:
+            run.extend(range(len(blocks)))
         blocks_iter: Any = ()
     else:
         blocks_iter = enumerate(blocks)
