@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from xxhash import xxh3_128_hexdigest
 
-from include.contract import Position
+from include.contract import Position, text_hash
 from plugins.chunkers.options import delimiter_bytes, delimiter_pattern
 from plugins.chunkers.span import Run
 
-__all__ = ["Draft", "Prefix", "pack_run"]
+__all__ = ["NO_PREFIX", "Draft", "Prefix", "pack_run"]
 
 _NO_LIMIT = 1 << 60
 
@@ -59,6 +60,10 @@ class Draft:
     positions: list[Position]
     kind: str
     metadata: dict[str, Any]
+    content_hash: str  # text_hash(text), taken from the run's bytes (no second encode)
+
+
+NO_PREFIX = Prefix()  # what a chunk outside any heading starts with
 
 
 def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: int) -> list[Position]:
@@ -76,10 +81,11 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-def _block_layout(texts: Sequence[str], run: Run) -> tuple[list[int], list[int], list[int]]:
+def _block_layout(texts: Sequence[str], run: Run) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
     """Byte start, byte end and end token position of every block of the run.
 
-    Vectorised: this runs for every block of every document, so no Python code per block.
+    Vectorised: this runs for every block of every document, so no Python code per block, and
+    the results stay numpy buffers behind memoryviews (bisect and index them like lists).
     """
     n = len(texts)
     if len(run.data) == sum(map(len, texts)) + n - 1:  # all ASCII: characters are bytes
@@ -88,7 +94,7 @@ def _block_layout(texts: Sequence[str], run: Run) -> tuple[list[int], list[int],
         sizes = np.array([len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts], dtype=np.int64)
     ends = np.cumsum(sizes + 1) - 1  # one joining "\n" after every block but the last
     end_tokens = np.searchsorted(run.token_end_array, ends, side="right")
-    return (ends - sizes).tolist(), ends.tolist(), end_tokens.tolist()
+    return memoryview(ends - sizes), memoryview(ends), memoryview(end_tokens.astype(np.int64, copy=False))
 
 
 class _Cutter:
@@ -97,9 +103,9 @@ class _Cutter:
     def __init__(
         self,
         run: Run,
-        block_starts: list[int],
-        block_ends: list[int],
-        end_tokens: list[int],
+        block_starts: Sequence[int],
+        block_ends: Sequence[int],
+        end_tokens: Sequence[int],
         delimiters: re.Pattern[bytes],
         delimiter_bytes: tuple[bytes, ...],
         max_units: int,
@@ -278,15 +284,16 @@ def pack_run(
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
         if folded or _says_something(run, pos, cut):
-            first_block = min(first_block, bisect_right(block_starts, start) - 1)
-            last_block = bisect_right(block_starts, cut - 1) - 1
+            if start < pos:  # the overlap may reach back into earlier blocks
+                first_block = min(first_block, bisect_right(block_starts, start) - 1)
+            last_block = bisect_right(block_starts, cut - 1, first_block) - 1
             overlap_end = prev[1] if prev is not None and start < pos else start
             drafts.append(
                 _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
             )
             prev = (start, cut)
         pos = cut
-        i = bisect_left(block_ends, cut)
+        i = bisect_left(block_ends, cut, block)
         if i < len(block_ends) and block_ends[i] == cut and cut < size:
             pos = cut + 1  # the "\n" joining two blocks belongs to neither chunk
     return drafts
@@ -317,8 +324,11 @@ def _draft(
     meta: dict[str, Any] = {}
     if end > start:
         text = prefix.text + run.decode(start, end)
+        body = memoryview(run.data)[start:end]
+        digest = xxh3_128_hexdigest(prefix.text.encode("utf-8") + body if prefix.text else body)
     else:  # a prefix-only chunk (a heading with nothing under it): no trailing newline
         text = prefix.text.rstrip("\n")
+        digest = text_hash(text)
         exact = None
         last = len(unit_positions) - 1
     if exact is None:
@@ -330,4 +340,5 @@ def _draft(
         meta["overlap_tokens"] = run.count(start, overlap_end)
     if prefix.folded:
         meta["heading_folded"] = prefix.folded
-    return Draft(text, exact, list(prefix.heading_path), _positions(unit_positions, first, last), kind, meta)
+    positions = _positions(unit_positions, first, last)
+    return Draft(text, exact, list(prefix.heading_path), positions, kind, meta, digest)

@@ -47,6 +47,9 @@ _SCAN = 48
 _WINDOW_CACHE_CHARS = 24
 _WINDOW_CACHE_SIZE = 50_000
 _NO_SPECIALS: frozenset[str] = frozenset()
+# Token counts of short edge windows (".", "。\n", "A > B\n"): the same few recur in every
+# document, so the cache is shared by all runs of the process (a pure function of the text).
+_WINDOWS: dict[str, int] = {}
 
 _ASCII_LETTER = frozenset(range(0x41, 0x5B)) | frozenset(range(0x61, 0x7B))
 _ASCII_DIGIT = frozenset(range(0x30, 0x3A))
@@ -136,7 +139,7 @@ class Run:
     inside the chunk plus the short edge windows encoded again.
     """
 
-    __slots__ = ("_enc", "_window_cache", "data", "ntokens", "token_end_array", "token_ends")
+    __slots__ = ("_enc", "data", "ntokens", "token_end_array", "token_ends")
 
     def __init__(self, text: str) -> None:
         enc = self._enc = get_encoding()
@@ -150,7 +153,6 @@ class Run:
         self.token_end_array = ends = np.cumsum(_lengths_array().take(tokens), dtype=dtype)
         # A memoryview bisects and indexes like a list of ints, without one Python int per token.
         self.token_ends: Sequence[int] = memoryview(ends)
-        self._window_cache: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.data)
@@ -223,12 +225,11 @@ class Run:
             return 0
         if len(text) > _WINDOW_CACHE_CHARS:
             return len(self._enc.encode_ordinary(text))
-        cache = self._window_cache
-        n = cache.get(text)
+        n = _WINDOWS.get(text)
         if n is None:
-            if len(cache) > _WINDOW_CACHE_SIZE:
-                cache.clear()
-            n = cache[text] = len(self._enc.encode_ordinary(text))
+            if len(_WINDOWS) > _WINDOW_CACHE_SIZE:
+                _WINDOWS.clear()
+            n = _WINDOWS[text] = len(self._enc.encode_ordinary(text))
         return n
 
     def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
@@ -237,7 +238,13 @@ class Run:
             prefix_tokens = self.encode_len(prefix)
         if start >= end:
             return prefix_tokens
-        head = self._first_hard(start, end, bool(prefix))
+        data = self.data
+        if 0x20 < data[start] < 0x7F and (start == 0 or data[start - 1] == 0x0A):
+            # The usual chunk start (a block's first visible ASCII character): a hard boundary
+            # by rule (a), also after a prefix; the general test below gives the same answer.
+            head: tuple[int, int] | None = (start, bisect_right(self.token_ends, start))
+        else:
+            head = self._first_hard(start, end, bool(prefix))
         if head is not None:
             tail = self._last_hard(end, head[0])
             if tail is not None:

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any
 
-from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id, text_hash
+from include.contract import Block, BlockKind, Chunk, ParsedDocument, chunk_id
 from plugins.chunkers.options import ChunkOptions
-from plugins.chunkers.pack import Draft, Prefix, pack_run
+from plugins.chunkers.pack import NO_PREFIX, Draft, Prefix, pack_run
 from plugins.chunkers.registry import register_chunker
 from plugins.chunkers.table import TableRows, table_drafts
 from plugins.chunkers.tokenizer import count_tokens
@@ -125,6 +125,8 @@ def _plain_prefix(blocks: list[Block], paths: list[tuple[str, ...]]) -> Any:
         path = paths[unit]
         if block.kind == BlockKind.HEADING:
             path = (*path, _clean(block.text))
+        elif not path:
+            return NO_PREFIX  # shared: pack_run and the drafts never change a prefix
         return Prefix(heading_path=list(path))
 
     return prefix_at
@@ -228,7 +230,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             sequence=seq,
             text=d.text,
             token_count=d.token_count,
-            content_hash=text_hash(d.text),
+            content_hash=d.content_hash,
             heading_path=d.heading_path,
             positions=d.positions,
             kind=d.kind,
