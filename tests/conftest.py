@@ -159,5 +159,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     )
     for finding in result.findings:
         terminalreporter.write_line(f"SECRET LEAK: a {finding.kind} appears in {finding.path}", red=True)
+    policy = config.getini("tmp_path_retention_policy")
+    if policy != "all":  # "failed"/"none" delete passed tests' tmp_path before the session ends
+        terminalreporter.write_line(
+            f"secret-leak scan: tmp_path_retention_policy={policy}: removed tmp dirs not scanned"
+        )
     if result.unreadable:
         terminalreporter.write_line(f"secret-leak scan: {len(result.unreadable)} files could not be read")
