@@ -67,6 +67,8 @@ NO_PREFIX = Prefix()  # what a chunk outside any heading starts with
 
 
 def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: int) -> list[Position]:
+    if not units_positions:  # no block of the run has positions
+        return []
     spans = [ps for ps in units_positions[first : last + 1] if ps]
     if len(spans) <= 1:
         return list(spans[0]) if spans else []  # one block's positions are distinct already
@@ -81,14 +83,16 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-def _block_layout(texts: Sequence[str], run: Run) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
+def _block_layout(
+    texts: Sequence[str], run: Run, ascii_only: bool
+) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
     """Byte start, byte end and end token position of every block of the run.
 
     Vectorised: this runs for every block of every document, so no Python code per block, and
     the results stay numpy buffers behind memoryviews (bisect and index them like lists).
     """
     n = len(texts)
-    if len(run.data) == sum(map(len, texts)) + n - 1:  # all ASCII: characters are bytes
+    if ascii_only:  # characters are bytes
         sizes = np.fromiter(map(len, texts), dtype=np.int64, count=n)
     else:
         sizes = np.array([len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts], dtype=np.int64)
@@ -233,14 +237,16 @@ def pack_run(
 ) -> list[Draft]:
     """Chunk one run of blocks (``texts``), the blocks joined by ``"\\n"``.
 
+    ``unit_positions`` holds every block's positions (or is empty when none has any);
     ``prefix_at(block, at_block_start)`` gives the prefix of a chunk whose body starts in that
     block; ``delimiters`` is the option string (seed syntax); ``max_units`` caps blocks per chunk
     and ``isolate_split`` keeps the pieces of a split block out of other blocks' chunks (tables).
     """
     if not texts:
         return []
-    run = Run("\n".join(texts))
-    block_starts, block_ends, end_tokens = _block_layout(texts, run)
+    joined = "\n".join(texts)
+    run = Run(joined)
+    block_starts, block_ends, end_tokens = _block_layout(texts, run, joined.isascii())
     cutter = _Cutter(
         run,
         block_starts,

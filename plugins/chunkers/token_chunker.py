@@ -163,7 +163,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
         drafts.extend(
             pack_run(
                 texts if whole else list(map(texts.__getitem__, run)),
-                list(map(_POSITIONS, run_blocks)),
+                list(map(_POSITIONS, run_blocks)) if any(map(_POSITIONS, run_blocks)) else (),
                 prefix_at,
                 limit=opts.chunk_token_num,
                 overlap=opts.overlap_tokens,
@@ -188,7 +188,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
         # One run of all the blocks that say something (what the loop below does for such a
         # document, in C loops; isspace() stops at the first visible character): header echoes
         # only precede tables.
-        if "" in texts or any(map(str.isspace, texts)):
+        if not all(texts) or any(map(str.isspace, texts)):
             run.extend(i for i, t in enumerate(texts) if t and not t.isspace())
         else:
             run.extend(range(len(blocks)))
