@@ -350,3 +350,23 @@ def test_clearing_a_task_of_a_finished_run_keeps_its_run_log(world: World) -> No
     for step in world.finished_run:
         assert step["run_log"]["status"] == "success", step["argv"]
         assert _items(step["run_log"]["counts"]) == _items(world.clean["run_log"]["counts"])
+
+
+_HIT_THREE_TIMES = (
+    "from include.failpoints import failpoint\nfor i in range(3):\n    print(i, flush=True)\n    failpoint('x')\n"
+)
+
+
+def test_failpoint_fires_at_the_named_hit_and_once_across_processes(tmp_path: Path) -> None:
+    def hit(**env: str) -> tuple[int, str]:
+        child = subprocess.run(
+            [sys.executable, "-c", _HIT_THREE_TIMES], env=_env(**env), cwd=ROOT, capture_output=True, text=True
+        )
+        return child.returncode, child.stdout.split()
+
+    assert hit() == (0, ["0", "1", "2"])
+    assert hit(TRIBUTARY_FAILPOINT="y,x@2") == (-signal.SIGKILL, ["0", "1"])
+    assert hit(TRIBUTARY_FAILPOINT="x@4") == (0, ["0", "1", "2"])
+    once = {"TRIBUTARY_FAILPOINT": "x", "TRIBUTARY_FAILPOINT_ONCE": str(tmp_path / "fired")}
+    assert hit(**once) == (-signal.SIGKILL, ["0"])
+    assert hit(**once) == (0, ["0", "1", "2"])  # the marker exists: a retry runs through

@@ -1,0 +1,204 @@
+"""Crash and resume under a real worker (issue 10, point 1): SIGKILL at every boundary, Airflow retries.
+
+``airflow dags test`` runs tasks in its own process, so a kill there ends the whole run
+(test_crash_airflow.py). In a deployment each task instance runs in a process of its own under
+the task runner's supervisor. This test starts that: api-server, scheduler (LocalExecutor) and
+dag-processor on a fresh PostgreSQL metadata DB, all on 127.0.0.1, with every failpoint armed
+once (``TRIBUTARY_FAILPOINT_ONCE`` is a directory: the first process to reach each failpoint dies,
+its retry runs through) and 3 retries without delay. One triggered run then loses a task process
+at every stage boundary and inside the bulk upsert; the supervisor reports each as
+``up_for_retry``, the scheduler retries it, and the run must end as a clean sync does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from include.config import SourceConfig
+from include.engine import run_pipeline
+from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
+from tests.reliability.test_crash_airflow import _assert_same, _spec, _write_notes
+from tests.support.airflow import write_sources
+from tests.support.server import free_port
+
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
+
+# Every failpoint once; upsert:doc:1 fires inside the bulk upsert of whichever batch gets there first.
+FAILPOINTS = ("discover", "fetch", "parse", "chunk", "upsert:doc:1", "upsert", "commit")
+
+
+class _Stack:
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root, self.env, self.procs = root, env, {}
+        self.logs = root / "logs"
+        self.logs.mkdir()
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "airflow", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+
+    def tails(self, lines: int = 40) -> str:
+        return "\n".join(
+            f"----- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
+            for p in sorted(self.logs.glob("*.log"))
+        )
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 240) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+            assert not dead, f"Airflow processes exited: {dead}\n{self.tails()}"
+            try:
+                result = fn()
+                if result:
+                    return result
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise AssertionError(f"timed out waiting for {what}\n{self.tails()}")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[_Stack, str, Path]]:
+    notes = tmp_path / "notes"
+    _write_notes(notes)
+    sources = write_sources(tmp_path / "sources.yaml", [_spec(notes)])
+    (tmp_path / "fired").mkdir()
+    name = f"tributary_crash_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIBUTARY_", "AIRFLOW__"))}
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            "AIRFLOW__OPENLINEAGE__DISABLED": "true",
+            "PYTHONPATH": str(ROOT),
+            "TRIBUTARY_HOME": str(tmp_path / "home"),
+            "TRIBUTARY_SOURCES": str(sources),
+            "TRIBUTARY_TASK_RETRIES": "3",
+            "TRIBUTARY_RETRY_DELAY_SECONDS": "0",
+            "TRIBUTARY_FAILPOINT": ",".join(FAILPOINTS),
+            "TRIBUTARY_FAILPOINT_ONCE": str(tmp_path / "fired"),
+        }
+    )
+    s = _Stack(tmp_path, env)
+    try:
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        s.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            s.wait("the API server", lambda: http.get("/api/v2/version").status_code == 200)
+        s.start("scheduler", "scheduler")
+        s.start("dag-processor", "dag-processor")
+        yield s, f"http://127.0.0.1:{port}", notes
+    finally:
+        s.stop()
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def test_worker_sigkill_at_every_boundary_is_retried_to_the_clean_result(
+    stack: tuple[_Stack, str, Path], tmp_path: Path
+) -> None:
+    s, base_url, notes = stack
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        http.headers["Authorization"] = "Bearer " + http.get("/auth/token").json()["access_token"]
+        s.wait("the DAG parsed", lambda: http.get(f"/api/v2/dags/{DAG_ID}").status_code == 200)
+        resp = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
+        assert resp.status_code == 200, resp.text
+        run_id = resp.json()["dag_run_id"]
+
+        def finished() -> str | None:
+            state = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+            return state if state in ("success", "failed") else None
+
+        assert s.wait("the DAG run", finished, timeout=400) == "success", s.tails()
+        tis = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
+        tries: dict[str, list[str]] = {}
+        for ti in tis:
+            key = ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else "")
+            path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/{ti['map_index']}/tries"
+            tries[key] = [t["state"] for t in http.get(path).json()["task_instances"]]
+
+    # every failpoint fired once: that many task processes were SIGKILLed ...
+    assert sorted(p.name for p in (tmp_path / "fired").iterdir()) == sorted(FAILPOINTS)
+    # ... the supervisor saw each die of SIGKILL and reported up_for_retry (retries were left) ...
+    supervisor = [
+        line
+        for line in (s.logs / "scheduler.log").read_text(errors="replace").splitlines()
+        if "Workload finished" in line
+    ]
+    killed = [line for line in supervisor if "SIGKILL" in line]
+    assert len(killed) == len(FAILPOINTS) and all("final_state=up_for_retry" in line for line in killed), killed
+    # ... and the scheduler retried each; the killed try is archived as failed (TaskInstanceHistory
+    # records a state that is not finished, up_for_retry, as failed), the retry succeeded
+    retried = {k: states for k, states in tries.items() if len(states) > 1}
+    assert sum(len(states) - 1 for states in retried.values()) == len(FAILPOINTS), tries
+    assert all(states[:-1] == ["failed"] * (len(states) - 1) for states in retried.values()), tries
+    assert all(states[-1] == "success" for states in tries.values()), tries
+    assert {k.split("[")[0] for k in retried} == {"discover", "fetch", "parse", "chunk", "upsert", "commit"}
+
+    # the run converged: index and state equal a clean sync's, the run log like a first sync's
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRIBUTARY_HOME", str(tmp_path / "clean"))
+        run_pipeline(SourceConfig.model_validate(_spec(notes)))
+    home = Path(s.env["TRIBUTARY_HOME"])
+    _assert_same(snapshot(home), snapshot(tmp_path / "clean"))
+    log = run_log(home, run_id)
+    assert log["status"] == "success" and log["lineage_rows"] == 7
+    assert (log["counts"]["new"], log["counts"]["failed"]) == (7, 0)
