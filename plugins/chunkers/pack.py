@@ -124,9 +124,8 @@ class _Cutter:
         self.isolate_split = isolate_split
         self.end_tokens = end_tokens  # token position of every block end
 
-    def cut(self, pos: int, max_tokens: int) -> int:
-        """Furthest cut after ``pos`` whose token position stays within ``max_tokens``."""
-        block = bisect_right(self.block_starts, pos) - 1
+    def cut(self, pos: int, max_tokens: int, block: int) -> int:
+        """Furthest cut after ``pos`` (in ``block``) whose token position stays within ``max_tokens``."""
         last = min(len(self.block_ends) - 1, block + self.max_units - 1)
         if self.isolate_split and pos > self.block_starts[block]:
             last = block  # the rest of a split row is not glued to the next rows
@@ -258,6 +257,8 @@ def pack_run(
         isolate_split,
     )
     size = len(run)
+    token_ends = run.token_ends
+    count, cut_at = run.count, cutter.cut
     drafts: list[Draft] = []
     pos = 0
     prev: tuple[int, int] | None = None  # (start, end) of the previous chunk's run bytes
@@ -269,15 +270,16 @@ def pack_run(
             if prefix.skip_to_unit >= len(texts):  # headings with nothing after them: the path alone
                 drafts.append(_draft(run, prefix, size, size, size, kind, unit_positions, first_block, -1, None))
                 break
-            pos = block_starts[prefix.skip_to_unit]
+            block = prefix.skip_to_unit
+            pos = block_starts[block]
         start = pos
         if overlap and prev is not None and not folded:
             start = _overlap_start(run, prev[0], prev[1], overlap)
         while True:
-            max_tokens = run.tokens_before(start) + limit - prefix.tokens
-            cut = cutter.cut(pos, max_tokens)
-            while (exact := run.count(start, cut, prefix.text, prefix.tokens)) > limit:
-                shrunk = cutter.cut(pos, run.tokens_before(cut) - (exact - limit))
+            max_tokens = bisect_right(token_ends, start) + limit - prefix.tokens
+            cut = cut_at(pos, max_tokens, block)
+            while (exact := count(start, cut, prefix.text, prefix.tokens)) > limit:
+                shrunk = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block)
                 if shrunk >= cut:
                     break  # a single character over the limit: handled below
                 cut = shrunk
