@@ -1,8 +1,9 @@
 """Connection and retry policy for the Elasticsearch backend.
 
-``client_from_options``: ``options.url`` or ``$ELASTICSEARCH_URL`` (credentials may be in the
-URL; an API key in ``$ELASTICSEARCH_API_KEY``), else the Airflow connection ``options.conn_id``
-(default ``elasticsearch_default``) through the Elasticsearch provider's hook.
+``client_from_options``: ``options.url`` or ``$ELASTICSEARCH_URL`` (an API key only from
+``$ELASTICSEARCH_API_KEY``: source configs refuse credentials, see ``include.config``), else the
+Airflow connection ``options.conn_id`` (default ``elasticsearch_default``) through the
+Elasticsearch provider's hook, which is where credentials belong.
 ``request_retrying``: connection failures, 429 (``es_rejected_execution_exception``) and 5xx
 are retried with jittered exponential backoff; anything else is the request's own fault.
 """
@@ -57,7 +58,7 @@ def client_from_options(options: Mapping[str, Any]) -> Elasticsearch:
     timeout = float(options.get("request_timeout", 30))
     if url:
         kwargs: dict[str, Any] = {"request_timeout": timeout}
-        api_key = options.get("api_key") or os.environ.get("ELASTICSEARCH_API_KEY")
+        api_key = os.environ.get("ELASTICSEARCH_API_KEY")
         if api_key:
             kwargs["api_key"] = api_key
         if options.get("ca_certs"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -60,6 +61,60 @@ def _drop_reference_definitions(body: str) -> str:
         elif indent < 4 and stripped.startswith("[") and _REF_DEF.match(stripped):
             lines[i] = ""
     return "\n".join(lines)
+
+
+# markdown-it holds its token stream, about 80 times the text, until the parse ends: a large
+# document is parsed in pieces of about this many characters, cut where no block can continue.
+_SEGMENT_CHARS = 256 * 1024
+_RAW_HTML_ENDS = {
+    "<!--": "-->",
+    "<pre": "</pre>",
+    "<script": "</script>",
+    "<style": "</style>",
+    "<textarea": "</textarea>",
+}
+
+
+def _segments(body: str, target: int = _SEGMENT_CHARS) -> Iterator[tuple[str, int]]:
+    """``(piece, first line)`` of ``body``, cut only before a line that starts a new top-level block.
+
+    A cut point follows a blank line and starts at column 0 with a heading marker or a letter,
+    outside fenced code and raw HTML blocks: there every CommonMark container (list item,
+    block quote, indented code, table, paragraph) has already ended, so the pieces parse to
+    the same blocks as the whole. Small documents are one piece.
+    """
+    if len(body) <= target:
+        yield body, 0
+        return
+    lines = body.split("\n")
+    start = size = 0
+    fence = raw_end = ""
+    blank_before = False
+    for i, line in enumerate(lines):
+        stripped = line.lstrip(" ")
+        indent = len(line) - len(stripped)
+        if fence:
+            if indent < 4 and stripped.startswith(fence):
+                fence = ""
+        elif raw_end:
+            if raw_end in line.lower():
+                raw_end = ""
+        else:
+            head = stripped[:1]
+            if size >= target and blank_before and indent == 0 and (head == "#" or head.isalpha()):
+                yield "\n".join(lines[start:i]), start
+                start, size = i, 0
+            if indent < 4 and stripped.startswith(("```", "~~~")):
+                fence = stripped[:3]
+            elif indent < 4 and head == "<":
+                lowered = stripped.lower()
+                for opener, closer in _RAW_HTML_ENDS.items():
+                    if lowered.startswith(opener) and closer not in lowered[len(opener) :]:
+                        raw_end = closer
+                        break
+        size += len(line) + 1
+        blank_before = not line.strip()
+    yield "\n".join(lines[start:]), start
 
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
@@ -261,7 +316,8 @@ def parse_markdown(data: bytes, ctx: ParseContext) -> ParsedDocument:
     text, encoding = decode_text(data, ctx.declared_type)
     meta, body, offset = _front_matter(text)
     builder = BlockBuilder(limits.max_blocks)
-    _Renderer(builder, deadline, offset).render(_MD.parse(_drop_reference_definitions(body)))
+    for piece, first_line in _segments(_drop_reference_definitions(body)):
+        _Renderer(builder, deadline, offset + first_line).render(_MD.parse(piece))
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "no text content")
     title = meta.get("title")

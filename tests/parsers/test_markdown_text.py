@@ -91,3 +91,77 @@ def test_markdown_reference_definitions_are_not_text():
     doc = _parse(md, "r.md")
     assert [b.text for b in doc.blocks] == ["See the docs and [site].", "[kept]: in code"]
     assert doc.blocks[1].positions[0].line == 6
+
+
+_SECTION = """## Section {i}
+
+Intro paragraph {i} with *emphasis* and a [link](http://x/{i}).
+
+- item one of {i}
+
+  continued after a blank line (still the item)
+- item two
+  lazy continuation
+
+> quoted {i}
+
+Next paragraph after the quote.
+
+```text
+# not a heading inside a fence {i}
+
+Alpha line inside the fence
+```
+
+<!-- a comment that spans
+
+Lines that look like paragraphs {i}
+-->
+
+    indented code {i}
+
+Setext title {i}
+================
+
+| a | b |
+|---|---|
+| {i} | x |
+
+"""
+
+
+def test_large_markdown_parses_in_pieces_to_the_same_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces are cut only where every block has ended: the same blocks and lines as one parse."""
+    from plugins.parsers import markdown
+
+    data = ("# Big\n\n" + "".join(_SECTION.format(i=i) for i in range(400))).encode()
+    pieces = list(markdown._segments(data.decode(), target=2_000))
+    assert len(pieces) > 50  # really cut
+    assert "\n".join(p for p, _ in pieces) == data.decode()
+    for piece, first in pieces:
+        assert not piece.startswith(("Lines that look", "Alpha line", "  continued"))
+        assert data.decode().split("\n")[first] == piece.split("\n")[0]
+    monkeypatch.setattr(markdown, "_SEGMENT_CHARS", 2_000)
+    pieced = _parse(data, "big.md")
+    monkeypatch.setattr(markdown, "_SEGMENT_CHARS", 10**9)
+    whole = _parse(data, "big.md")
+    assert [b.to_dict() for b in pieced.blocks] == [b.to_dict() for b in whole.blocks]
+    kinds = {b.kind for b in whole.blocks}
+    assert {BlockKind.HEADING, BlockKind.LIST, BlockKind.TABLE, BlockKind.CODE, BlockKind.PARAGRAPH} <= kinds
+
+
+def test_large_markdown_peak_memory_is_bounded_by_the_piece_size() -> None:
+    """markdown-it's token stream is ~80x its text; in pieces the peak no longer grows with the file."""
+    import tracemalloc
+
+    data = ("# Big\n\n" + "".join(_SECTION.format(i=i) for i in range(4_000))).encode()  # ~2 MiB
+    tracemalloc.start()
+    try:
+        doc = _parse(data, "big.md")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(doc.blocks) > 30_000
+    # The result itself (blocks, positions) is a few times the input; the parse adds a bounded
+    # amount on top (one piece's tokens), instead of 80x the whole file.
+    assert peak < 64 * 1024 * 1024 + 12 * len(data), f"peak {peak / 2**20:.1f} MiB for {len(data) / 2**20:.1f} MiB"
