@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from airflow.sdk import DAG, Asset, Param
 
 from include.config import SourceConfig, load_sources
 from include.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 __all__ = ["build_dag", "build_dags", "index_asset", "schedule_for"]
 
@@ -166,6 +169,13 @@ def _on_task_failure(context: Any) -> None:
         run = store.get_run(context["run_id"], sid)
         if run is None:  # failed before discover opened the run: the DAG callback opens nothing
             return
+        if run.get("status") == "success":  # a cleared task of a finished run: the sync stands
+            log.warning(
+                "task %s of finished run %s failed; the run stays a success",
+                _stage_name(context.get("ti")),
+                context["run_id"],
+            )
+            return
         line = (
             f"{_stage_name(context.get('ti'))}: {type(context.get('exception')).__name__}: {context.get('exception')}"
         )
@@ -206,7 +216,7 @@ def _on_failure(context: Any) -> None:
     store = open_state_store()
     try:
         run = store.get_run(run_id, sid)
-        if run is not None:
+        if run is not None and run.get("status") != "success":  # a finished run stays one
             error = run.get("error") or f"{_stage_name(ti)} failed ({context.get('reason') or 'task_failure'})"
             store.finish_run(run_id, "failed", run.get("counts") or {}, error=error[:8000], source=sid)
             run = store.get_run(run_id, sid)

@@ -6,7 +6,7 @@ Operators in ``plugins/operators`` call these functions one task each;
 """
 
 from include.engine.commit import abort_run, commit_stage, finish_stage
-from include.engine.context import MassDeleteError, RunContext, RunParams, get_source
+from include.engine.context import MassDeleteError, RunContext, RunParams, closed_run, get_source
 from include.engine.discover import discover_stage, open_connector
 from include.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
 from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
@@ -20,6 +20,7 @@ __all__ = [
     "RunSummary",
     "abort_run",
     "chunk_stage",
+    "closed_run",
     "commit_stage",
     "discover_stage",
     "fetch_stage",

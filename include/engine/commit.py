@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from include.contract import VersionEvidence, document_id
-from include.engine.context import RunContext, log
+from include.engine.context import RunContext, closed_run, log
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
@@ -25,7 +25,11 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     source = ctx.source
     sid = source.source_id
     staging = ctx.staging
-    plan = staging.read_json(staging.path("discover.json"))
+    plan_file = staging.path("discover.json")
+    if not plan_file.exists() and (closed := closed_run(ctx, store)) is not None:
+        log.info("%s: run %s already finished; its commit stands", sid, ctx.run_id)
+        return dict(closed.get("counts") or {})
+    plan = staging.read_json(plan_file)
     if plan["dry_run"]:
         return _dry_run(ctx, store, plan)
     manifests = [staging.read_json(p) for p in staging.stage_files("upserted")]
@@ -210,6 +214,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     # the connector's own counters (a crawl's fetched / not modified / skipped / errors by kind)
     result["source_stats"] = plan["stats"]
     result["listing_complete"] = bool(plan["complete"])
+    result["batches"] = len(plan.get("batches", []))
     log.info("%s: committed %s", sid, result)
     failpoint("commit")
     return result
@@ -264,12 +269,17 @@ def end_rebuild(ctx: RunContext, success: bool) -> None:
 
 def abort_run(ctx: RunContext, store: StateStore, error: str) -> None:
     """A run failed: record it and drop a half-written rebuild (state was never committed)."""
+    if closed_run(ctx, store) is not None:
+        log.warning("%s: a re-run task of finished run %s failed: %s", ctx.source.source_id, ctx.run_id, error)
+        return  # the run itself succeeded and stays so
     store.finish_run(ctx.run_id, "failed", {}, error=error[:2000], source=ctx.source.source_id)
     end_rebuild(ctx, success=False)
 
 
 def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> dict[str, Any]:
     """Swap a rebuilt index in, close the run in the run log and clean its staging area."""
+    if (closed := closed_run(ctx, store)) is not None:
+        return dict(closed.get("counts") or {})  # already closed (a cleared summary task)
     end_rebuild(ctx, success=True)
     staging = ctx.staging
     counts = dict(counts)

@@ -11,7 +11,7 @@ from include.config import SourceConfig, load_sources
 from include.settings import get_settings
 from include.staging import StagingArea
 
-__all__ = ["MassDeleteError", "RunContext", "RunParams", "get_source"]
+__all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source"]
 
 log = logging.getLogger("tributary")
 
@@ -87,3 +87,14 @@ def get_source(name: str) -> SourceConfig:
         if name in (src.source_id, src.dag_id, src.name):
             return src
     raise KeyError(f"source {name!r} not found in {settings.sources_file}")
+
+
+def closed_run(ctx: RunContext, store: Any) -> dict[str, Any] | None:
+    """The run-log row of this run if it already finished successfully, else None.
+
+    A finished run is closed: clearing and re-running any of its tasks in Airflow must leave
+    index, state and run log as they are (its staging area is gone), so stages treat it as
+    nothing to do instead of re-planning, failing, or reopening the run.
+    """
+    run = store.get_run(ctx.run_id, ctx.source.source_id)
+    return run if run is not None and run.get("status") == "success" else None

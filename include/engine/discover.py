@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from include.contract import ChangeKind, VersionEvidence, document_id
-from include.engine.context import MassDeleteError, RunContext, log
+from include.engine.context import MassDeleteError, RunContext, closed_run, log
 from include.failpoints import failpoint
 from include.index import open_index
 from include.settings import get_settings
@@ -45,7 +45,23 @@ def _prior(st: ItemState | None) -> dict[str, Any] | None:
 
 
 def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
+    """Plan the run (once: a re-run of this task returns the plan it already wrote)."""
     source, params = ctx.source, ctx.params
+    staging = ctx.staging
+    plan_file = staging.path("discover.json")
+    if plan_file.exists():
+        # Cleared or retried after the plan was written: the run keeps its plan. Planning again
+        # would compare the source with state this very run may already have committed.
+        plan = staging.read_json(plan_file)
+        log.info("%s: run %s already planned; reusing %s", source.source_id, ctx.run_id, plan_file)
+        return {"run_id": ctx.run_id, "plan": str(plan_file), "batches": plan.get("batches", [])}
+    if (closed := closed_run(ctx, store)) is not None:
+        # Finished and cleaned up: the same batch names, so re-run mapped tasks line up (they
+        # find the run closed and do nothing).
+        count = int((closed.get("counts") or {}).get("batches", 0))
+        log.info("%s: run %s already finished; nothing to plan", source.source_id, ctx.run_id)
+        batches = [str(staging.path(f"batch-{n:04d}.json")) for n in range(count)]
+        return {"run_id": ctx.run_id, "plan": str(plan_file), "batches": batches}
     states = store.items(source.source_id)
     processing = source.processing_hash()
     quarantine_after = int(source.options.get("quarantine_after", 5))
@@ -62,7 +78,6 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             continue
         known[key] = st.version or VersionEvidence()
 
-    staging = ctx.staging
     request = DiscoveryRequest(
         known=known,
         window_start=params.window_start,
@@ -163,8 +178,8 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         "failed": failed,
         "forced": sorted(forced),
         "processing_hash": processing,
+        "batches": batches,
     }
-    plan_path = staging.write_json("discover.json", plan)
     if params.full_resync and not params.dry_run:
         # Zero-downtime rebuild where the backend has one: this run writes a new generation,
         # swapped in by finish_stage when the run succeeds (readers keep the old one meanwhile).
@@ -173,6 +188,8 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             index.begin_rebuild(source=source.source_id)
         finally:
             index.close()
+    # Written last (atomically): its existence means the run is planned, rebuild included.
+    plan_path = staging.write_json("discover.json", plan)
     log.info(
         "%s: discovered %d to fetch, %d unchanged, %d to delete, %d skipped (complete listing: %s)",
         source.source_id,

@@ -13,7 +13,7 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.engine.commit import abort_run, commit_stage, finish_stage
-from include.engine.context import RunContext, RunParams
+from include.engine.context import RunContext, RunParams, closed_run
 from include.engine.discover import discover_stage, open_connector
 from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from include.index import open_index
@@ -32,6 +32,9 @@ class RunSummary:
 
 
 def start_run(ctx: RunContext, store: StateStore) -> None:
+    """Open the run in the run log (a retried discover reopens it; a finished run stays closed)."""
+    if closed_run(ctx, store) is not None:
+        return
     store.start_run(
         ctx.run_id,
         ctx.source.source_id,

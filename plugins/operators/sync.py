@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -89,6 +90,29 @@ class _SourceOperator(BaseOperator):
         return operator_lineage(self.source, self.task_id, getattr(task_instance, "run_id", None), counts)
 
 
+def _gone_with_closed_run(operator: _SourceOperator, context: Any, manifest: str) -> bool:
+    """True when ``manifest`` is missing because its run finished (and cleaned its staging).
+
+    Clearing a task of a finished run re-runs it over a staging area that no longer exists;
+    such a run is closed and the task has nothing to do (``include.engine.closed_run``).
+    A missing manifest of an open run is still an error.
+    """
+    if Path(manifest).exists():
+        return False
+    from include.engine import closed_run
+    from include.stores import open_state_store
+
+    ctx = run_context(operator.source, context)
+    store = open_state_store()
+    try:
+        closed = closed_run(ctx, store) is not None
+    finally:
+        store.close()
+    if closed:
+        operator.log.info("run %s of %s already finished: nothing to do for %s", ctx.run_id, operator.source, manifest)
+    return closed
+
+
 class DiscoverOperator(_SourceOperator):
     """Ask the connector what changed; plan fetch batches and deletions (mass-delete guarded).
 
@@ -123,7 +147,10 @@ class FetchOperator(_SourceOperator):
 
     def execute(self, context: Any) -> str:
         from include.engine import fetch_stage, open_connector
+        from include.engine.manifests import next_manifest_path
 
+        if _gone_with_closed_run(self, context, self.batch):
+            return next_manifest_path(self.batch, "fetched")
         ctx = run_context(self.source, context)
         with open_connector(ctx) as connector:
             self._lineage_result = fetch_stage(self.batch, connector)
@@ -143,7 +170,10 @@ class ParseOperator(_ManifestOperator):
 
     def execute(self, context: Any) -> str:
         from include.engine import get_source, parse_stage
+        from include.engine.manifests import next_manifest_path
 
+        if _gone_with_closed_run(self, context, self.manifest):
+            return next_manifest_path(self.manifest, "parsed")
         self._lineage_result = parse_stage(self.manifest, get_source(self.source))
         return self._lineage_result
 
@@ -153,7 +183,10 @@ class ChunkOperator(_ManifestOperator):
 
     def execute(self, context: Any) -> str:
         from include.engine import chunk_stage, get_source
+        from include.engine.manifests import next_manifest_path
 
+        if _gone_with_closed_run(self, context, self.manifest):
+            return next_manifest_path(self.manifest, "chunked")
         self._lineage_result = chunk_stage(self.manifest, get_source(self.source))
         return self._lineage_result
 
@@ -163,8 +196,11 @@ class UpsertOperator(_ManifestOperator):
 
     def execute(self, context: Any) -> str:
         from include.engine import get_source, upsert_stage
+        from include.engine.manifests import next_manifest_path
         from include.index import open_index
 
+        if _gone_with_closed_run(self, context, self.manifest):
+            return next_manifest_path(self.manifest, "upserted")
         src = get_source(self.source)
         self._lineage_result = upsert_stage(self.manifest, src, lambda: open_index(src.index))
         return self._lineage_result

@@ -18,6 +18,7 @@ import pytest
 from include.config import SourceConfig
 from include.engine import (
     RunContext,
+    abort_run,
     chunk_stage,
     commit_stage,
     discover_stage,
@@ -109,6 +110,59 @@ def test_every_stage_rerun_gives_the_clean_result(folder: Path, clean, tributary
     _stages_twice(src, "run-2")
     assert _snapshot() == clean
     assert {i["action"] for i in store.run_items("run-2")} == {"unchanged"}
+
+
+def test_every_stage_of_a_finished_run_rerun_changes_nothing(folder: Path, clean, tributary_home) -> None:
+    """Clearing tasks of a finished run (staging cleaned) re-runs them; the run is closed: each
+    stage does nothing, the run log keeps its counts and status, index and state do not move."""
+    src = _source(folder)
+    _stages_twice(src, "done")
+    store = open_state_store()
+    before = store.get_run("done", "files:t")
+    assert before["status"] == "success" and before["counts"]["batches"] == 3
+    ctx = RunContext(source=src, run_id="done")
+    assert not ctx.staging.path("discover.json").exists()  # cleaned by finish_stage
+
+    start_run(ctx, store)
+    plan = discover_stage(ctx, store)
+    assert [Path(b).name for b in plan["batches"]] == ["batch-0000.json", "batch-0001.json", "batch-0002.json"]
+
+    def factory():
+        return open_index(src.index)
+
+    assert commit_stage(ctx, store, factory) == before["counts"]
+    abort_run(ctx, store, "RuntimeError: a cleared task failed")  # the failure path of a re-run task
+    assert finish_stage(ctx, store, {"new": 0}) == before["counts"]
+    after = store.get_run("done", "files:t")
+    assert (after["status"], after["counts"], after["error"]) == ("success", before["counts"], None)
+    assert {i["action"] for i in store.run_items("done")} == {"new"}
+    store.close()
+    assert _snapshot() == clean
+
+
+def test_discover_rerun_keeps_the_runs_plan(folder: Path, clean, tributary_home) -> None:
+    """A discover cleared after the run committed (before the summary) must not plan again against
+    the state the run itself committed: same batches, and commit counts stay those of the run."""
+    src = _source(folder)
+    store = open_state_store()
+    ctx = RunContext(source=src, run_id="replan")
+    start_run(ctx, store)
+    plan = discover_stage(ctx, store)
+
+    def factory():
+        return open_index(src.index)
+
+    with open_connector(ctx) as connector:
+        for batch in plan["batches"]:
+            upsert_stage(chunk_stage(parse_stage(fetch_stage(batch, connector), src), src), src, factory)
+    counts = commit_stage(ctx, store, factory)
+    again = discover_stage(ctx, store)  # cleared discover, after the commit
+    assert again["batches"] == plan["batches"]
+    assert commit_stage(ctx, store, factory) == counts
+    assert counts["new"] == 7 and counts["unchanged"] == 0
+    finish_stage(ctx, store, counts)
+    store.close()
+    assert _snapshot() == clean
 
 
 def test_crash_between_upsert_and_commit_then_next_run(folder: Path, clean, tributary_home) -> None:
