@@ -86,8 +86,12 @@ def _spec(root: Path) -> dict[str, Any]:
     }
 
 
+_PER_HOME = ("TRIBUTARY_STATE_URL", "TRIBUTARY_INDEX_PATH", "TRIBUTARY_STAGING_DIR", "TRIBUTARY_REDIS_URL")
+
+
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIBUTARY_FAILPOINT")}
+    """Subprocess environment: everything Tributary keeps lives under the job's TRIBUTARY_HOME."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIBUTARY_FAILPOINT") and k not in _PER_HOME}
     return {**env, "TRIBUTARY_TASK_RETRIES": "0", "AIRFLOW__OPENLINEAGE__DISABLED": "true", **extra}
 
 
@@ -225,6 +229,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     # reference for the edit scenario: a clean in-process sync of the edited folder
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRIBUTARY_HOME", str(base / "edit-reference"))
+        for var in _PER_HOME:
+            mp.delenv(var, raising=False)
         run_pipeline(SourceConfig.model_validate(_spec(base / "edit-notes")))
     return World(
         clean=first[0],

@@ -31,7 +31,7 @@ from include.config import SourceConfig
 from include.engine import run_pipeline
 from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
-from tests.reliability.test_crash_airflow import _assert_same, _spec, _write_notes
+from tests.reliability.test_crash_airflow import _PER_HOME, _assert_same, _spec, _write_notes
 from tests.support.airflow import write_sources
 from tests.support.server import free_port
 
@@ -196,6 +196,8 @@ def test_worker_sigkill_at_every_boundary_is_retried_to_the_clean_result(
     # the run converged: index and state equal a clean sync's, the run log like a first sync's
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRIBUTARY_HOME", str(tmp_path / "clean"))
+        for var in _PER_HOME:
+            mp.delenv(var, raising=False)
         run_pipeline(SourceConfig.model_validate(_spec(notes)))
     home = Path(s.env["TRIBUTARY_HOME"])
     _assert_same(snapshot(home), snapshot(tmp_path / "clean"))
