@@ -32,6 +32,7 @@ import redis
 import sqlalchemy as sa
 
 from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.support.airflow_stack import trigger_and_wait
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -277,15 +278,7 @@ def test_demo_sync_runs_on_both_celery_workers(
     _wait(f"{DAG_ID} to be parsed", cluster, lambda: http.get(f"/api/v2/dags/{DAG_ID}").status_code == 200, 120)
     _log("DAG parsed")
 
-    resp = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
-    assert resp.status_code == 200, resp.text
-    run_id = resp.json()["dag_run_id"]
-
-    def finished() -> str | None:
-        state = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-        return state if state in ("success", "failed") else None
-
-    state = _wait(f"run {run_id}", cluster, finished, RUN_TIMEOUT)
+    run_id, state = trigger_and_wait(http, DAG_ID, lambda what, fn, t: _wait(what, cluster, fn, t), RUN_TIMEOUT)
     _log(f"run {run_id}: {state}")
     tis = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances", params={"limit": 200}).json()
     table = sorted((t["task_id"], t["map_index"], t["state"], t["hostname"]) for t in tis["task_instances"])

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -33,6 +30,7 @@ from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
 from tests.reliability.test_crash_airflow import _PER_HOME, _assert_same, _spec, _write_notes
 from tests.support.airflow import write_sources
+from tests.support.airflow_stack import AirflowProcesses, trigger_and_wait
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
@@ -41,57 +39,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
 FAILPOINTS = ("discover", "fetch", "parse", "chunk", "upsert:doc:1", "upsert", "commit")
 
 
-class _Stack:
-    def __init__(self, root: Path, env: dict[str, str]) -> None:
-        self.root, self.env, self.procs = root, env, {}
-        self.logs = root / "logs"
-        self.logs.mkdir()
-
-    def start(self, name: str, *args: str) -> None:
-        log = (self.logs / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "airflow", *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-
-    def tails(self, lines: int = 40) -> str:
-        return "\n".join(
-            f"----- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
-            for p in sorted(self.logs.glob("*.log"))
-        )
-
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float = 240) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-            assert not dead, f"Airflow processes exited: {dead}\n{self.tails()}"
-            try:
-                result = fn()
-                if result:
-                    return result
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        raise AssertionError(f"timed out waiting for {what}\n{self.tails()}")
-
-    def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-
-
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[_Stack, str, Path]]:
+def stack(tmp_path: Path) -> Iterator[tuple[AirflowProcesses, str, Path]]:
     notes = tmp_path / "notes"
     _write_notes(notes)
     sources = write_sources(tmp_path / "sources.yaml", [_spec(notes)])
@@ -130,7 +79,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[_Stack, str, Path]]:
             "TRIBUTARY_FAILPOINT_ONCE": str(tmp_path / "fired"),
         }
     )
-    s = _Stack(tmp_path, env)
+    s = AirflowProcesses(env=env, logs=tmp_path / "logs")
     try:
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
@@ -153,21 +102,14 @@ def stack(tmp_path: Path) -> Iterator[tuple[_Stack, str, Path]]:
 
 
 def test_worker_sigkill_at_every_boundary_is_retried_to_the_clean_result(
-    stack: tuple[_Stack, str, Path], tmp_path: Path
+    stack: tuple[AirflowProcesses, str, Path], tmp_path: Path
 ) -> None:
     s, base_url, notes = stack
     with httpx.Client(base_url=base_url, timeout=30) as http:
         http.headers["Authorization"] = "Bearer " + http.get("/auth/token").json()["access_token"]
         s.wait("the DAG parsed", lambda: http.get(f"/api/v2/dags/{DAG_ID}").status_code == 200)
-        resp = http.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": {}})
-        assert resp.status_code == 200, resp.text
-        run_id = resp.json()["dag_run_id"]
-
-        def finished() -> str | None:
-            state = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-            return state if state in ("success", "failed") else None
-
-        assert s.wait("the DAG run", finished, timeout=400) == "success", s.tails()
+        run_id, state = trigger_and_wait(http, DAG_ID, s.wait, 400)
+        assert state == "success", s.tails()
         tis = http.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
         tries: dict[str, list[str]] = {}
         for ti in tis:

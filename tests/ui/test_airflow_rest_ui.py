@@ -19,10 +19,8 @@ import datetime as dt
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +34,7 @@ from fastapi import FastAPI, Request
 
 from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.simulators.yuque import YuqueSimulator
+from tests.support.airflow_stack import AirflowProcesses
 from tests.support.server import free_port, serve_asgi
 from tests.ui.cdp import Browser, chromium_binary
 
@@ -71,61 +70,14 @@ with DAG("reembed_tributary_index", schedule=[Asset(name="tributary-index-sqlite
 '''
 
 
-@dataclass
-class Stack:
+@dataclass(kw_only=True)
+class Stack(AirflowProcesses):
     base_url: str
-    env: dict[str, str]
     root: Path
     docs: Path
-    logs: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http: httpx.Client | None = None
     yuque: YuqueSimulator | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
-
-    def start(self, name: str, *args: str) -> None:
-        log = (self.logs / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "airflow", *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            start_new_session=True,
-        )
-
-    def tails(self, lines: int = 30) -> str:
-        return "\n".join(
-            f"----- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
-            for p in sorted(self.logs.glob("*.log"))
-        )
-
-    def wait(self, what: str, fn: Any, timeout: float = 240) -> Any:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
-            if dead:
-                raise AssertionError(f"Airflow processes exited: {dead}\n{self.tails()}")
-            try:
-                result = fn()
-                if result:
-                    return result
-            except (httpx.HTTPError, KeyError, IndexError) as exc:
-                last = exc
-            time.sleep(1)
-        raise AssertionError(f"timed out waiting for {what} ({last})\n{self.tails()}")
-
-    def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
 
     # ------------------------------------------------------------------ REST helpers
     def runs(self, dag_id: str = DAG_ID) -> list[dict[str, Any]]:
@@ -263,7 +215,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for var in ("TRIBUTARY_REDIS_URL", "AIRFLOW__OPENLINEAGE__TRANSPORT"):
         env.pop(var, None)
     (root / "tributary").mkdir()
-    s = Stack(f"http://127.0.0.1:{port}", env, root, docs, root / "logs", yuque=sim, alerts=alerts)
+    s = Stack(
+        base_url=f"http://127.0.0.1:{port}", env=env, root=root, docs=docs, logs=root / "logs", yuque=sim, alerts=alerts
+    )
     try:
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
