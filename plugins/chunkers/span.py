@@ -218,6 +218,23 @@ class Run:
                 return off, k + 1
         return None
 
+    def _block_end_tail(self, end: int, floor: int) -> tuple[int, int] | None:
+        """The usual chunk end, before a newline, without a scan: (hard boundary, token position).
+
+        After an ASCII letter the end itself is hard (rule b); after one ASCII punctuation mark
+        that follows a letter ("word." before the newline) the letter's end is, leaving a
+        one-token window. Anything else: None (the general scan decides).
+        """
+        data = self.data
+        if end >= len(data) or data[end] != 0x0A or end - 2 < floor:
+            return None
+        last = data[end - 1]
+        if last in _ASCII_LETTER:
+            return end, bisect_right(self.token_ends, end)
+        if last in _ASCII_PUNCT and data[end - 2] in _ASCII_LETTER:
+            return end - 1, bisect_right(self.token_ends, end - 1)
+        return None
+
     # ------------------------------------------------------------------ exact counts
 
     def encode_len(self, text: str) -> int:
@@ -246,7 +263,7 @@ class Run:
         else:
             head = self._first_hard(start, end, bool(prefix))
         if head is not None:
-            tail = self._last_hard(end, head[0])
+            tail = self._block_end_tail(end, head[0]) or self._last_hard(end, head[0])
             if tail is not None:
                 hoff, hk = head
                 toff, tk = tail
