@@ -56,7 +56,7 @@ def _tributary_crawl(base: str, stage_dir: Path, cache_path: Path, known: dict |
     stage_dir.mkdir(parents=True, exist_ok=True)
     counter = iter(range(10_000_000))
 
-    def stage(key: str, data: bytes) -> str:
+    def stage(key: str, data: bytes, file_name: str = "") -> str:
         path = stage_dir / f"{next(counter):07d}"
         path.write_bytes(data)
         return str(path)

@@ -73,7 +73,8 @@ class DiscoveryRequest:
     max_items: int | None = None
     full_resync: bool = False
     only_keys: list[str] | None = None
-    stage: Callable[[str, bytes], str] | None = None
+    # (item_key, bytes, file name) -> staged path; the file name keeps the extension
+    stage: Callable[[str, bytes, str], str] | None = None
 
 
 @dataclass(slots=True)

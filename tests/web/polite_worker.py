@@ -18,7 +18,7 @@ def main() -> None:
     stage_dir.mkdir(parents=True, exist_ok=True)
     counter = iter(range(1_000_000))
 
-    def stage(key: str, data: bytes) -> str:
+    def stage(key: str, data: bytes, file_name: str = "") -> str:
         path = stage_dir / f"{next(counter):06d}.bin"
         path.write_bytes(data)
         return str(path)

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import posixpath
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from include.config import SourceConfig
 from include.contract import Change, RawDocument
@@ -43,19 +42,11 @@ from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
 from plugins.connectors.web.options import WebOptions
 from plugins.connectors.web.politeness import make_politeness
 from plugins.connectors.web.ssrf import AddressGuard
+from plugins.connectors.web.urls import file_name_for
 
 __all__ = ["WebConnector"]
 
 T = TypeVar("T")
-
-_EXTENSION_FOR = {
-    "text/html": ".html",
-    "application/xhtml+xml": ".html",
-    "text/plain": ".txt",
-    "text/markdown": ".md",
-    "text/csv": ".csv",
-    "application/pdf": ".pdf",
-}
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -66,17 +57,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-def file_name_for(url: str, content_type: str | None) -> str:
-    """A file name for the parser registry: the URL's last path segment, or ``index.html``."""
-    name = unquote(posixpath.basename(urlsplit(url).path.rstrip("/") if urlsplit(url).path != "/" else ""))
-    media = (content_type or "").split(";")[0].strip().lower()
-    if not name:
-        return "index" + _EXTENSION_FOR.get(media, ".html")
-    if "." not in name and media in _EXTENSION_FOR:
-        name += _EXTENSION_FOR[media]
-    return name
 
 
 @register_connector

@@ -29,7 +29,7 @@ from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
 from plugins.connectors.web.robots import RobotsCache
 from plugins.connectors.web.sitemap import parse_sitemap
-from plugins.connectors.web.urls import Scope, TrapGuard, resolve_link
+from plugins.connectors.web.urls import Scope, TrapGuard, file_name_for, resolve_link
 
 __all__ = ["CrawlResult", "Crawler"]
 
@@ -133,7 +133,7 @@ class Crawler:
         fetcher: Fetcher,
         cache: LinkCache,
         known: Mapping[str, VersionEvidence],
-        stage: Callable[[str, bytes], str] | None,
+        stage: Callable[[str, bytes, str], str] | None,
         max_items: int | None = None,
     ) -> None:
         self.o = options
@@ -461,7 +461,9 @@ class Crawler:
             return
         self._emitted.add(key)
         self.result.all_keys.add(key)
-        staged = self.stage(key, result.body) if self.stage else None
+        stored_type = content_type or media
+        # The name fetch gives the document (same key, same extension): one staged file.
+        staged = self.stage(key, result.body, file_name_for(url, stored_type)) if self.stage else None
         self.result.changes.append(
             Change(
                 item_key=key,
@@ -471,7 +473,7 @@ class Crawler:
                 title=title,
                 staged_path=staged,
                 metadata={
-                    "content_type": content_type or media,
+                    "content_type": stored_type,
                     "status": result.status,
                     "depth": depth,
                     "requested_url": result.requested,

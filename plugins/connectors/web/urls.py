@@ -6,13 +6,14 @@ the same page is indexed twice and "missing" pages are deleted by mistake.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urljoin, urlsplit, urlunsplit
 
-__all__ = ["Scope", "TrapGuard", "canonicalize", "host_key", "registrable_domain", "resolve_link"]
+__all__ = ["Scope", "TrapGuard", "canonicalize", "file_name_for", "host_key", "registrable_domain", "resolve_link"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # Parameters that identify a click, not a page (Google/Facebook/Microsoft/Mailchimp...).
@@ -199,3 +200,24 @@ class TrapGuard:
         if segments and Counter(segments).most_common(1)[0][1] > self.max_segment_repeats:
             return "repeated_path_segments"
         return None
+
+
+_EXTENSION_FOR = {
+    "text/html": ".html",
+    "application/xhtml+xml": ".html",
+    "text/plain": ".txt",
+    "text/markdown": ".md",
+    "text/csv": ".csv",
+    "application/pdf": ".pdf",
+}
+
+
+def file_name_for(url: str, content_type: str | None) -> str:
+    """A file name for the parser registry: the URL's last path segment, or ``index.html``."""
+    name = unquote(posixpath.basename(urlsplit(url).path.rstrip("/") if urlsplit(url).path != "/" else ""))
+    media = (content_type or "").split(";")[0].strip().lower()
+    if not name:
+        return "index" + _EXTENSION_FOR.get(media, ".html")
+    if "." not in name and media in _EXTENSION_FOR:
+        name += _EXTENSION_FOR[media]
+    return name
