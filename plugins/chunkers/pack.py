@@ -210,16 +210,8 @@ def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
     # Character by character from the end, still inside the previous chunk. Token counts are not
     # monotonic in the start (a longer tail can merge into fewer tokens), so an overshoot does not
     # end the search; the window is the one within which an exact overlap is promised.
-    start = end
-    for _ in range(8 * want + 8):
-        start -= 1
-        while start > lo and not run.is_char_start(start):
-            start -= 1
-        if start < lo:
-            break
-        if run.count(start, end) == want:
-            return start
-    return best
+    found = run.last_start_with_count(lo, end, want, 8 * want + 8)
+    return best if found is None else found
 
 
 def pack_run(

@@ -275,3 +275,37 @@ class Run:
                     total += self.encode_len(self.decode(toff, end))
                 return total
         return self.encode_len(prefix + self.decode(start, end))
+
+    def last_start_with_count(self, lo: int, end: int, want: int, steps: int) -> int | None:
+        """The latest character start ``s`` in ``[lo, end)``, at most ``steps`` characters back
+        from ``end``, with ``count(s, end) == want``; None if there is none.
+
+        Equivalent to calling :meth:`count` for every candidate (counts are not monotonic in the
+        start, so every one is tried), but the tail is found once and each candidate only encodes
+        the few bytes up to the nearest hard boundary after it.
+        """
+        data = self.data
+        tail = self._block_end_tail(end, lo) or self._last_hard(end, lo)
+        if tail is None:  # no hard boundary to anchor on: count each candidate whole
+            hi = None
+        else:
+            hi, hi_k = toff, tk = tail
+            tail_tokens = self.encode_len(self.decode(toff, end))
+        start = end
+        for _ in range(steps):
+            start -= 1
+            while start > lo and data[start] & 0xC0 == 0x80:
+                start -= 1  # inside a multi-byte character
+            if start < lo:
+                return None
+            if hi is None:
+                got = self.encode_len(self.decode(start, end))
+            elif start >= toff:
+                got = self.encode_len(self.decode(start, end))  # inside the tail window
+            else:
+                if is_hard_boundary(data, start):
+                    hi, hi_k = start, bisect_right(self.token_ends, start)
+                got = self.encode_len(self.decode(start, hi)) + (tk - hi_k) + tail_tokens
+            if got == want:
+                return start
+        return None

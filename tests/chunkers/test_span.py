@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from plugins.chunkers.span import Run, is_hard_boundary
@@ -77,3 +77,28 @@ def test_run_count_over_texts_glued_with_or_without_newlines(texts: list[str], d
     b = data.draw(st.integers(a, len(text)))
     start, end = len(text[:a].encode()), len(text[:b].encode())
     assert run.count(start, end) == len(get_encoding().encode_ordinary(text[a:b]))
+
+
+@SETTINGS
+@given(runs(), st.integers(1, 24))
+def test_last_start_with_count_matches_counting_every_candidate(
+    case: tuple[list[str], int, int, str], want: int
+) -> None:
+    texts, a, b, _ = case
+    joined = "\n".join(texts)
+    run = Run(joined)
+    lo, end = len(joined[:a].encode()), len(joined[:b].encode())
+    assume(lo < end)
+    steps = 8 * want + 8
+    expected = None
+    start = end
+    for _ in range(steps):  # the definition: every character start, nearest first
+        start -= 1
+        while start > lo and not run.is_char_start(start):
+            start -= 1
+        if start < lo:
+            break
+        if run.count(start, end) == want:
+            expected = start
+            break
+    assert run.last_start_with_count(lo, end, want, steps) == expected
