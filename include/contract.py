@@ -36,6 +36,7 @@ __all__ = [
     "document_id",
     "options_hash",
     "text_hash",
+    "utf8_hash",
 ]
 
 
@@ -59,7 +60,12 @@ def text_hash(text: str) -> str:
     an upsert whether a chunk's text changed (128 bits make an accidental match negligible) and
     is computed for every chunk, where SHA-256 cost ~2% of the chunker's time.
     """
-    return xxh3_128_hexdigest(text.encode("utf-8"))
+    return utf8_hash(text.encode("utf-8"))
+
+
+def utf8_hash(data: bytes | memoryview) -> str:
+    """:func:`text_hash` of the text whose UTF-8 encoding is ``data`` (no decode needed)."""
+    return xxh3_128_hexdigest(data)
 
 
 def options_hash(options: dict[str, Any]) -> str:

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from xxhash import xxh3_128_hexdigest
 
-from include.contract import Position, text_hash
+from include.contract import Position, text_hash, utf8_hash
 from plugins.chunkers.options import delimiter_bytes, delimiter_pattern
 from plugins.chunkers.span import Run
 
@@ -251,7 +250,6 @@ def pack_run(
     size = len(run)
     token_ends = run.token_ends
     count, cut_at = run.count, cutter.cut
-    data = run.data
     drafts: list[Draft] = []
     pos = 0
     prev: tuple[int, int] | None = None  # (start, end) of the previous chunk's run bytes
@@ -284,21 +282,14 @@ def pack_run(
                 prefix = Prefix(heading_path=prefix.heading_path)
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
-        if folded or 0x20 < data[pos] < 0x7F or _says_something(run, pos, cut):
+        if folded or _says_something(run, pos, cut):
             last_block = bisect_right(block_starts, cut - 1, first_block) - 1
-            if start == pos and not prefix.text and not prefix.folded:
-                # The usual chunk (no overlap, no prefix): its text is the run's bytes as they are.
-                body = data[start:cut]
-                positions = _positions(unit_positions, first_block, last_block) if unit_positions else []
-                path = list(prefix.heading_path) if prefix.heading_path else []
-                drafts.append(Draft(body.decode(), exact, path, positions, kind, {}, xxh3_128_hexdigest(body)))
-            else:
-                if start < pos:  # the overlap may reach back into earlier blocks
-                    first_block = min(first_block, bisect_right(block_starts, start) - 1)
-                overlap_end = prev[1] if prev is not None and start < pos else start
-                drafts.append(
-                    _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
-                )
+            if start < pos:  # the overlap may reach back into earlier blocks
+                first_block = min(first_block, bisect_right(block_starts, start) - 1)
+            overlap_end = prev[1] if prev is not None and start < pos else start
+            drafts.append(
+                _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
+            )
             prev = (start, cut)
         pos = cut
         i = bisect_left(block_ends, cut, block)
@@ -329,11 +320,16 @@ def _draft(
     last: int,
     exact: int | None,
 ) -> Draft:
+    if end > start and not prefix.text and not prefix.folded and start == overlap_end and exact is not None:
+        # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
+        body = run.data[start:end]
+        path = list(prefix.heading_path) if prefix.heading_path else []
+        return Draft(body.decode(), exact, path, _positions(unit_positions, first, last), kind, {}, utf8_hash(body))
     meta: dict[str, Any] = {}
     if end > start:
         text = prefix.text + run.decode(start, end)
         body = memoryview(run.data)[start:end]
-        digest = xxh3_128_hexdigest(prefix.text.encode("utf-8") + body if prefix.text else body)
+        digest = utf8_hash(prefix.text.encode("utf-8") + body if prefix.text else body)
     else:  # a prefix-only chunk (a heading with nothing under it): no trailing newline
         text = prefix.text.rstrip("\n")
         digest = text_hash(text)

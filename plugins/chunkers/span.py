@@ -205,6 +205,8 @@ class Run:
 
     def _last_hard(self, end: int, floor: int, scan: int = _SCAN) -> tuple[int, int] | None:
         """Last hard boundary of the run at or before ``end`` and not before ``floor``."""
+        if (usual := self._block_end_tail(end, floor)) is not None:
+            return usual
         data = self.data
         if is_hard_boundary(data, end):
             return (end, self.tokens_before(end)) if end >= floor else None
@@ -219,7 +221,7 @@ class Run:
         return None
 
     def _block_end_tail(self, end: int, floor: int) -> tuple[int, int] | None:
-        """The usual chunk end, before a newline, without a scan: (hard boundary, token position).
+        """:meth:`_last_hard` for the usual chunk end, before a newline, without a scan.
 
         After an ASCII letter the end itself is hard (rule b); after one ASCII punctuation mark
         that follows a letter ("word." before the newline) the letter's end is, leaving a
@@ -263,7 +265,7 @@ class Run:
         else:
             head = self._first_hard(start, end, bool(prefix))
         if head is not None:
-            tail = self._block_end_tail(end, head[0]) or self._last_hard(end, head[0])
+            tail = self._last_hard(end, head[0])
             if tail is not None:
                 hoff, hk = head
                 toff, tk = tail
@@ -285,12 +287,10 @@ class Run:
         the few bytes up to the nearest hard boundary after it.
         """
         data = self.data
-        tail = self._block_end_tail(end, lo) or self._last_hard(end, lo)
-        if tail is None:  # no hard boundary to anchor on: count each candidate whole
-            hi = None
-        else:
-            hi, hi_k = toff, tk = tail
-            tail_tokens = self.encode_len(self.decode(toff, end))
+        tail = self._last_hard(end, lo)
+        # Without a hard boundary to anchor on, every candidate is "inside the tail window".
+        hi, hi_k = toff, tk = tail or (lo, 0)
+        tail_tokens = self.encode_len(self.decode(toff, end)) if tail else 0
         start = end
         for _ in range(steps):
             start -= 1
@@ -298,10 +298,8 @@ class Run:
                 start -= 1  # inside a multi-byte character
             if start < lo:
                 return None
-            if hi is None:
+            if start >= toff:  # inside the tail window: count it whole
                 got = self.encode_len(self.decode(start, end))
-            elif start >= toff:
-                got = self.encode_len(self.decode(start, end))  # inside the tail window
             else:
                 if is_hard_boundary(data, start):
                     hi, hi_k = start, bisect_right(self.token_ends, start)
