@@ -33,10 +33,33 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["DEFAULT_DELIMITERS", "ChunkOptions", "delimiter_bytes", "delimiter_pattern", "parse_delimiters"]
+__all__ = [
+    "DEFAULT_DELIMITERS",
+    "ChunkOptions",
+    "delimiter_bytes",
+    "delimiter_pattern",
+    "options_key",
+    "parse_delimiters",
+]
 
 DEFAULT_DELIMITERS = "\n。；！？!?;"
-_VALIDATED: dict[frozenset[tuple[str, type, Any]], ChunkOptions] = {}  # options -> validated options
+
+
+OptionsKey = frozenset[tuple[str, type, Any]]
+
+
+def options_key(options: Mapping[str, Any]) -> OptionsKey | None:
+    """A dict key for memoising per options mapping; None when a value is unhashable (a list).
+
+    1 and True are different options (and different JSON), so the key holds the types too.
+    """
+    try:
+        return frozenset((k, type(v), v) for k, v in options.items())
+    except TypeError:
+        return None
+
+
+_VALIDATED: dict[OptionsKey, ChunkOptions] = {}  # options -> validated options
 
 
 class ChunkOptions(BaseModel):
@@ -73,10 +96,7 @@ class ChunkOptions(BaseModel):
     def from_mapping(cls, options: Mapping[str, Any] | None, **overrides: Any) -> ChunkOptions:
         """Validate a source's options; errors become a ``ValueError`` naming the bad option."""
         data = {**dict(options or {}), **overrides}
-        try:  # 1 and True are different options (and JSON), so the key holds the types too
-            key: frozenset[tuple[str, type, Any]] | None = frozenset((k, type(v), v) for k, v in data.items())
-        except TypeError:
-            key = None  # an unhashable value (a list, say): validated every time
+        key = options_key(data)
         if key is not None and (hit := _VALIDATED.get(key)) is not None:
             return hit  # frozen, so one instance serves every document of a source
         try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from include.contract import Chunk, ParsedDocument, options_hash
+from plugins.chunkers.options import OptionsKey, options_key
 
 __all__ = ["ChunkerSpec", "chunk_document", "get_chunker", "register_chunker"]
 
@@ -53,23 +54,17 @@ def chunk_document(
     return chunks
 
 
-_STAMPS: dict[tuple[str, frozenset[tuple[str, type, Any]]], dict[str, str]] = {}
+_STAMPS: dict[tuple[str, OptionsKey], dict[str, str]] = {}
 
 
 def _stamp(spec: ChunkerSpec, opts: dict[str, Any]) -> dict[str, str]:
     """Lineage fields of every chunk; memoised per chunker and options (hashing is per document)."""
-    try:
-        key: tuple[str, frozenset[tuple[str, type, Any]]] | None = (
-            spec.name,
-            frozenset((k, type(v), v) for k, v in opts.items()),  # 1 and True differ in JSON
-        )
-    except TypeError:  # unhashable option values: hash them every time
-        key = None
-    stamp = _STAMPS.get(key) if key is not None else None
+    key = options_key(opts)
+    stamp = _STAMPS.get((spec.name, key)) if key is not None else None
     if stamp is None:
         stamp = {"chunker": spec.name, "chunker_version": spec.version, "chunker_options_hash": options_hash(opts)}
         if key is not None:
             if len(_STAMPS) > 256:
                 _STAMPS.clear()
-            _STAMPS[key] = stamp
+            _STAMPS[(spec.name, key)] = stamp
     return stamp
