@@ -44,21 +44,34 @@ _MD = _md()
 _REF_DEF = re.compile(r"\[[^\]\n]+\]:[ \t]*\S")
 
 
-def _drop_reference_definitions(body: str) -> str:
-    """Blank out link reference definition lines (outside code), keeping line numbers."""
-    if "]:" not in body:
-        return body
-    lines = body.split("\n")
+def _scan_lines(lines: list[str]) -> Iterator[tuple[int, str, int, bool]]:
+    """``(index, line without leading spaces, indent, inside fenced code)`` for every line.
+
+    Fence delimiter lines count as inside. A fence opens and closes with ``` or ~~~ indented
+    less than four spaces, as markdown-it reads them.
+    """
     fence = ""
     for i, line in enumerate(lines):
         stripped = line.lstrip(" ")
         indent = len(line) - len(stripped)
         if fence:
-            if stripped.startswith(fence):
+            if indent < 4 and stripped.startswith(fence):
                 fence = ""
+            yield i, stripped, indent, True
         elif indent < 4 and stripped.startswith(("```", "~~~")):
             fence = stripped[:3]
-        elif indent < 4 and stripped.startswith("[") and _REF_DEF.match(stripped):
+            yield i, stripped, indent, True
+        else:
+            yield i, stripped, indent, False
+
+
+def _drop_reference_definitions(body: str) -> str:
+    """Blank out link reference definition lines (outside code), keeping line numbers."""
+    if "]:" not in body:
+        return body
+    lines = body.split("\n")
+    for i, stripped, indent, fenced in _scan_lines(lines):
+        if not fenced and indent < 4 and stripped.startswith("[") and _REF_DEF.match(stripped):
             lines[i] = ""
     return "\n".join(lines)
 
@@ -88,14 +101,12 @@ def _segments(body: str, target: int = _SEGMENT_CHARS) -> Iterator[tuple[str, in
         return
     lines = body.split("\n")
     start = size = 0
-    fence = raw_end = ""
+    raw_end = ""
     blank_before = False
-    for i, line in enumerate(lines):
-        stripped = line.lstrip(" ")
-        indent = len(line) - len(stripped)
-        if fence:
-            if indent < 4 and stripped.startswith(fence):
-                fence = ""
+    for i, stripped, indent, fenced in _scan_lines(lines):
+        line = lines[i]
+        if fenced:
+            pass
         elif raw_end:
             if raw_end in line.lower():
                 raw_end = ""
@@ -104,9 +115,7 @@ def _segments(body: str, target: int = _SEGMENT_CHARS) -> Iterator[tuple[str, in
             if size >= target and blank_before and indent == 0 and (head == "#" or head.isalpha()):
                 yield "\n".join(lines[start:i]), start
                 start, size = i, 0
-            if indent < 4 and stripped.startswith(("```", "~~~")):
-                fence = stripped[:3]
-            elif indent < 4 and head == "<":
+            if indent < 4 and head == "<":
                 lowered = stripped.lower()
                 for opener, closer in _RAW_HTML_ENDS.items():
                     if lowered.startswith(opener) and closer not in lowered[len(opener) :]:
