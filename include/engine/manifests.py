@@ -49,9 +49,15 @@ def next_manifest_path(path: str, stage: str) -> str:
     return str(p.with_name(f"{stage}-{number}.json"))
 
 
-def _write(path: str, manifest: dict[str, Any]) -> str:
-    p = Path(path)
-    return StagingArea.at(p.parent).write_json(p.name, manifest)
+# The failpoint (include/failpoints.py) reached once a stage's manifest is written.
+_FAILPOINTS = {"fetched": "fetch", "parsed": "parse", "chunked": "chunk", "upserted": "upsert"}
+
+
+def _write_next(prev_path: str, stage: str, manifest: dict[str, Any]) -> str:
+    p = Path(next_manifest_path(prev_path, stage))
+    path = StagingArea.at(p.parent).write_json(p.name, manifest)
+    failpoint(_FAILPOINTS[stage])
+    return path
 
 
 def read_batch(manifest_path: str) -> list[Change]:
@@ -89,9 +95,7 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
         "unchanged": list(batch.get("unchanged", [])),
         "failures": list(batch.get("failures", [])) + [f.to_dict() for f in failures],
     }
-    path = _write(next_manifest_path(batch_manifest_path, "fetched"), manifest)
-    failpoint("fetch")
-    return path
+    return _write_next(batch_manifest_path, "fetched", manifest)
 
 
 def load_raw(entry: dict[str, Any]) -> RawDocument:
@@ -110,4 +114,4 @@ def load_raw(entry: dict[str, Any]) -> RawDocument:
 
 
 def write_stage_manifest(prev_path: str, stage: str, manifest: dict[str, Any]) -> str:
-    return _write(next_manifest_path(prev_path, stage), manifest)
+    return _write_next(prev_path, stage, manifest)

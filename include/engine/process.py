@@ -23,7 +23,6 @@ from include.engine.manifests import (
     write_fetched_manifest,
     write_stage_manifest,
 )
-from include.failpoints import failpoint
 from include.index import DocumentRecord, DocumentWrite, IndexBackend
 from include.staging import StagingArea
 from plugins.chunkers.registry import chunk_document
@@ -101,9 +100,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
         entry["parsed_path"] = staging.write_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
         items.append(entry)
     out["items"] = items
-    path = write_stage_manifest(fetched_path, "parsed", out)
-    failpoint("parse")
-    return path
+    return write_stage_manifest(fetched_path, "parsed", out)
 
 
 # ----------------------------------------------------------------------------------- chunk
@@ -137,9 +134,7 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
             }
         )
     out["items"] = items
-    path = write_stage_manifest(parsed_path, "chunked", out)
-    failpoint("chunk")
-    return path
+    return write_stage_manifest(parsed_path, "chunked", out)
 
 
 # ----------------------------------------------------------------------------------- upsert
@@ -209,6 +204,4 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
                 }
             )
     out["items"] = items
-    path = write_stage_manifest(chunked_path, "upserted", out)
-    failpoint("upsert")
-    return path
+    return write_stage_manifest(chunked_path, "upserted", out)
