@@ -156,6 +156,22 @@ class RunItem:
     error: str | None = None
 
 
+def _create_tables(engine: Engine, attempts: int = 3) -> None:
+    """Create missing tables; tolerate another process creating them at the same moment.
+
+    ``create_all`` checks, then creates: two first tasks on a fresh database (two DAGs starting
+    together) can both see a table missing, and the slower one fails with "already exists".
+    Checking again after such a failure finds the winner's tables.
+    """
+    for attempt in range(attempts):
+        try:
+            _meta.create_all(engine)
+            return
+        except sa.exc.DBAPIError:
+            if attempt == attempts - 1:
+                raise
+
+
 class StateStore:
     """State and lineage for all sources. Thread-safe through SQLAlchemy's pool."""
 
@@ -166,7 +182,7 @@ class StateStore:
         self.engine: Engine = sa.create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        _meta.create_all(self.engine)
+        _create_tables(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -79,3 +79,36 @@ def test_same_run_id_in_two_sources_does_not_collide(store: StateStore) -> None:
     assert store.get_run(rid, "yuque:b")["status"] == "failed"
     assert [i["item_key"] for i in store.run_items(rid, source="web:a")] == ["page"]
     assert [i["item_key"] for i in store.run_items(rid, source="yuque:b")] == ["doc"]
+
+
+def test_tables_created_by_another_process_meanwhile_are_tolerated(tmp_path: Path) -> None:
+    """Two first tasks on a fresh state DB: both see the tables missing, one creates them first.
+
+    The other's CREATE TABLE then fails with "already exists"; opening the store must succeed.
+    Reproduced deterministically: just before this store creates its first table, a second
+    connection (another process, as far as SQLite is concerned) creates them all.
+    """
+    import sqlalchemy as sa
+
+    from include.stores import state
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    other = sa.create_engine(url)
+    raced: list[str] = []
+
+    def other_process_wins(target: sa.Table, connection: sa.Connection, **_: object) -> None:
+        if not raced:
+            raced.append(target.name)
+            state._meta.create_all(other)
+
+    first = next(iter(state._meta.sorted_tables))
+    sa.event.listen(first, "before_create", other_process_wins)
+    try:
+        store = StateStore(url)
+    finally:
+        sa.event.remove(first, "before_create", other_process_wins)
+        other.dispose()
+    assert raced == [first.name]  # the race really happened
+    store.save_items([_item("a")])
+    assert set(store.items("web:t")) == {"a"}
+    store.close()
