@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +27,9 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import sqlalchemy as sa
 
-from tests.conftest import PG_ADMIN_URL, ROOT
-from tests.support.airflow_stack import trigger_and_wait
+from tests.conftest import ROOT
+from tests.support.airflow_stack import component_env, scratch_database, trigger_and_wait
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -113,18 +110,6 @@ class Cluster:
                 os.killpg(p.pid, signal.SIGKILL)
 
 
-def _create_db(admin: sa.Engine, name: str) -> str:
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    return PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-
-
-def _drop_db(admin: sa.Engine, name: str) -> None:
-    with admin.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name})
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-
-
 _T0 = time.monotonic()
 
 
@@ -161,11 +146,9 @@ def demo_site() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("cluster")
-    suffix = uuid.uuid4().hex[:8]
-    meta_db, state_db = f"tributary_airflow_{suffix}", f"tributary_state_{suffix}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    meta_url = _create_db(admin, meta_db)
-    state_url = _create_db(admin, state_db)
+    exits = contextlib.ExitStack()
+    meta_url = exits.enter_context(scratch_database("tributary_airflow"))
+    state_url = exits.enter_context(scratch_database("tributary_state"))
     broker = redis.Redis(host="127.0.0.1", port=6379, db=BROKER_DB)
     budgets = redis.Redis(host="127.0.0.1", port=6379, db=BUDGET_DB)
     broker.flushdb()
@@ -175,27 +158,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
     port = free_port()
     env = {
         **os.environ,
-        "AIRFLOW_HOME": str(root / "airflow"),
-        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta_url,
+        **component_env(airflow_home=root / "airflow", meta_url=meta_url, port=port, executor="CeleryExecutor"),
         "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta_url}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.cluster.hostname.worker_hostname",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",  # one DAG file; spare the 2 cores
-        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(root / "airflow" / "logs"),
-        "PYTHONPATH": str(ROOT),
         "TRIBUTARY_HOME": str(root / "tributary"),
         "TRIBUTARY_STATE_URL": state_url,
         "TRIBUTARY_INDEX_PATH": str(root / "tributary" / "index.db"),
@@ -232,9 +201,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
         yield cluster
     finally:
         cluster.stop()
-        _drop_db(admin, meta_db)
-        _drop_db(admin, state_db)
-        admin.dispose()
+        exits.close()
         broker.flushdb()
         budgets.flushdb()
         broker.close()

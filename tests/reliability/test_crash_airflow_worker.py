@@ -13,24 +13,18 @@ at every stage boundary and inside the bulk upsert; the supervisor reports each 
 from __future__ import annotations
 
 import os
-import secrets
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from include.config import SourceConfig
 from include.engine import run_pipeline
-from tests.conftest import PG_ADMIN_URL, ROOT
 from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
 from tests.reliability.test_crash_airflow import _PER_HOME, _assert_same, _spec, _write_notes
 from tests.support.airflow import write_sources
-from tests.support.airflow_stack import AirflowProcesses, trigger_and_wait
+from tests.support.airflow_stack import AirflowProcesses, component_env, scratch_database, trigger_and_wait
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]
@@ -45,60 +39,31 @@ def stack(tmp_path: Path) -> Iterator[tuple[AirflowProcesses, str, Path]]:
     _write_notes(notes)
     sources = write_sources(tmp_path / "sources.yaml", [_spec(notes)])
     (tmp_path / "fired").mkdir()
-    name = f"tributary_crash_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIBUTARY_", "AIRFLOW__"))}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(tmp_path / "airflow"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-            "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-            "AIRFLOW__OPENLINEAGE__DISABLED": "true",
-            "PYTHONPATH": str(ROOT),
-            "TRIBUTARY_HOME": str(tmp_path / "home"),
-            "TRIBUTARY_SOURCES": str(sources),
-            "TRIBUTARY_TASK_RETRIES": "3",
-            "TRIBUTARY_RETRY_DELAY_SECONDS": "0",
-            "TRIBUTARY_FAILPOINT": ",".join(FAILPOINTS),
-            "TRIBUTARY_FAILPOINT_ONCE": str(tmp_path / "fired"),
-        }
-    )
-    s = AirflowProcesses(env=env, logs=tmp_path / "logs")
-    try:
-        migrate = subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
+    with scratch_database("tributary_crash") as meta_url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIBUTARY_", "AIRFLOW__"))}
+        env.update(
+            component_env(airflow_home=tmp_path / "airflow", meta_url=meta_url, port=port, executor="LocalExecutor")
         )
-        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-        s.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-            s.wait("the API server", lambda: http.get("/api/v2/version").status_code == 200)
-        s.start("scheduler", "scheduler")
-        s.start("dag-processor", "dag-processor")
-        yield s, f"http://127.0.0.1:{port}", notes
-    finally:
-        s.stop()
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+        env.update(
+            {
+                "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+                "AIRFLOW__OPENLINEAGE__DISABLED": "true",
+                "TRIBUTARY_HOME": str(tmp_path / "home"),
+                "TRIBUTARY_SOURCES": str(sources),
+                "TRIBUTARY_TASK_RETRIES": "3",
+                "TRIBUTARY_RETRY_DELAY_SECONDS": "0",
+                "TRIBUTARY_FAILPOINT": ",".join(FAILPOINTS),
+                "TRIBUTARY_FAILPOINT_ONCE": str(tmp_path / "fired"),
+            }
+        )
+        s = AirflowProcesses(env=env, logs=tmp_path / "logs")
+        try:
+            s.start_local_stack(port)
+            yield s, f"http://127.0.0.1:{port}", notes
+        finally:
+            s.stop()
 
 
 def test_worker_sigkill_at_every_boundary_is_retried_to_the_clean_result(

@@ -3,25 +3,75 @@
 Each component runs ``python -m airflow <args>`` in its own session with its output in
 ``logs/<name>.log``; :meth:`AirflowProcesses.wait` polls a condition and fails fast, with the
 logs' tails, when a component dies. :func:`trigger_and_wait` runs a DAG through the REST API.
+:func:`scratch_database` gives a stack its own metadata database on the test PostgreSQL, and
+:func:`component_env` the settings all its components share.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
-__all__ = ["AirflowProcesses", "trigger_and_wait"]
+from tests.conftest import PG_ADMIN_URL, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["AirflowProcesses", "component_env", "scratch_database", "trigger_and_wait"]
+
+
+@contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A new database on the test PostgreSQL server (its URL), dropped with its sessions after."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
+            )
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def component_env(
+    *, airflow_home: Path, meta_url: str, port: int, executor: str, dags_folder: Path = ROOT / "dags"
+) -> dict[str, str]:
+    """The Airflow settings every component of a test stack shares (fresh API secrets each call).
+
+    The api-server listens on 127.0.0.1:``port``; tasks reach its execution API there.
+    """
+    return {
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__EXECUTOR": executor,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta_url,
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",  # one DAG file; spare the 2 cores
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 @dataclass(kw_only=True)
@@ -41,6 +91,23 @@ class AirflowProcesses:
             cwd=ROOT,
             start_new_session=True,
         )
+
+    def start_local_stack(self, port: int) -> None:
+        """``airflow db migrate``, then the api-server on 127.0.0.1:``port`` (waited for: tasks
+        talk to its execution API), the scheduler and the dag-processor."""
+        migrate = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+        self.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            self.wait("the API server", lambda: http.get("/api/v2/version").status_code == 200)
+        self.start("scheduler", "scheduler")
+        self.start("dag-processor", "dag-processor")
 
     def tails(self, lines: int = 40) -> str:
         return "\n".join(

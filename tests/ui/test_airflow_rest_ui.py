@@ -18,10 +18,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import secrets
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +25,11 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from fastapi import FastAPI, Request
 
-from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.conftest import ROOT
 from tests.simulators.yuque import YuqueSimulator
-from tests.support.airflow_stack import AirflowProcesses
+from tests.support.airflow_stack import AirflowProcesses, component_env, scratch_database
 from tests.support.server import free_port, serve_asgi
 from tests.ui.cdp import Browser, chromium_binary
 
@@ -167,33 +162,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     hooks_url = exits.enter_context(serve_asgi(hooks))
     (root / "logs").mkdir()
-    name = f"tributary_ui_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    meta_url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    meta_url = exits.enter_context(scratch_database("tributary_ui"))
     port = free_port()
     env = {
         **os.environ,
-        "AIRFLOW_HOME": str(root / "airflow"),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        **component_env(
+            airflow_home=root / "airflow", meta_url=meta_url, port=port, executor="LocalExecutor", dags_folder=dags
+        ),
         "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": meta_url,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
-        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(root / "airflow" / "logs"),
-        "PYTHONPATH": str(ROOT),
         "TRIBUTARY_HOME": str(root / "tributary"),
         "TRIBUTARY_STATE_URL": f"sqlite:///{root / 'tributary' / 'state.db'}",
         "TRIBUTARY_INDEX_PATH": str(root / "tributary" / "index.db"),
@@ -219,16 +198,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         base_url=f"http://127.0.0.1:{port}", env=env, root=root, docs=docs, logs=root / "logs", yuque=sim, alerts=alerts
     )
     try:
-        migrate = subprocess.run(
-            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True, timeout=400
-        )
-        assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-        s.start("api-server", "api-server", "-H", "127.0.0.1", "-p", str(port))
+        s.start_local_stack(port)
         s.http = httpx.Client(base_url=s.base_url, timeout=30)
-        # tasks talk to the API server's execution API: it must be up before anything is scheduled
-        s.wait("the API server", lambda: s.http.get("/api/v2/version").status_code == 200)
-        s.start("scheduler", "scheduler")
-        s.start("dag-processor", "dag-processor")
         s.http.headers["Authorization"] = "Bearer " + s.http.get("/auth/token").json()["access_token"]
         yield s
     finally:
@@ -236,12 +207,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             s.http.close()
         s.stop()
         exits.close()
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
 
 
 def _items(stack: Stack, run_id: str) -> dict[str, dict[str, Any]]:
