@@ -19,13 +19,13 @@ import os
 import re
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import leakscan
+from tests.support.postgres import scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="tributary-tests-"))
@@ -48,7 +48,6 @@ _AIRFLOW_HOME = Path(os.environ["AIRFLOW_HOME"])
 _SCAN_KEY = pytest.StashKey[leakscan.ScanResult]()
 
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-PG_ADMIN_URL = os.environ.get("TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 
 
 @pytest.fixture
@@ -77,22 +76,8 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
-    import sqlalchemy as sa
-
-    name = f"tributary_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    try:
+    with scratch_database("tributary_test") as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
 
 
 @pytest.fixture

@@ -29,7 +29,8 @@ import pytest
 import redis
 
 from tests.conftest import ROOT
-from tests.support.airflow_stack import component_env, scratch_database, trigger_and_wait
+from tests.support.airflow_stack import component_env, trigger_and_wait
+from tests.support.postgres import scratch_database
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

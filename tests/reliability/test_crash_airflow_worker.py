@@ -24,7 +24,8 @@ from include.engine import run_pipeline
 from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
 from tests.reliability.test_crash_airflow import _PER_HOME, _assert_same, _spec, _write_notes
 from tests.support.airflow import write_sources
-from tests.support.airflow_stack import AirflowProcesses, component_env, scratch_database, trigger_and_wait
+from tests.support.airflow_stack import AirflowProcesses, component_env, trigger_and_wait
+from tests.support.postgres import scratch_database
 from tests.support.server import free_port
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.slow]

@@ -3,8 +3,8 @@
 Each component runs ``python -m airflow <args>`` in its own session with its output in
 ``logs/<name>.log``; :meth:`AirflowProcesses.wait` polls a condition and fails fast, with the
 logs' tails, when a component dies. :func:`trigger_and_wait` runs a DAG through the REST API.
-:func:`scratch_database` gives a stack its own metadata database on the test PostgreSQL, and
-:func:`component_env` the settings all its components share.
+:func:`component_env` gives the settings all its components share (a stack's metadata database
+comes from :func:`tests.support.postgres.scratch_database`).
 """
 
 from __future__ import annotations
@@ -15,37 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 
-from tests.conftest import PG_ADMIN_URL, ROOT
+from tests.conftest import ROOT
 
-__all__ = ["AirflowProcesses", "component_env", "scratch_database", "trigger_and_wait"]
-
-
-@contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A new database on the test PostgreSQL server (its URL), dropped with its sessions after."""
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(
-                sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"), {"n": name}
-            )
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        admin.dispose()
+__all__ = ["AirflowProcesses", "component_env", "trigger_and_wait"]
 
 
 def component_env(

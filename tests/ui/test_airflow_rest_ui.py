@@ -29,7 +29,8 @@ from fastapi import FastAPI, Request
 
 from tests.conftest import ROOT
 from tests.simulators.yuque import YuqueSimulator
-from tests.support.airflow_stack import AirflowProcesses, component_env, scratch_database
+from tests.support.airflow_stack import AirflowProcesses, component_env
+from tests.support.postgres import scratch_database
 from tests.support.server import free_port, serve_asgi
 from tests.ui.cdp import Browser, chromium_binary
 
