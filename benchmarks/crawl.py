@@ -37,6 +37,7 @@ QUICK_PATTERN = r"/(tutorial|howto)/"
 
 def _tributary_crawl(base: str, stage_dir: Path, cache_path: Path, known: dict | None, quick: bool) -> dict[str, Any]:
     from include.config import SourceConfig
+    from include.staging import StagingArea
     from plugins.connectors.base import DiscoveryRequest
     from plugins.connectors.web import WebConnector
 
@@ -53,14 +54,7 @@ def _tributary_crawl(base: str, stage_dir: Path, cache_path: Path, known: dict |
     }
     if quick:
         options["include"] = [QUICK_PATTERN]
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    counter = iter(range(10_000_000))
-
-    def stage(key: str, data: bytes, file_name: str = "") -> str:
-        path = stage_dir / f"{next(counter):07d}"
-        path.write_bytes(data)
-        return str(path)
-
+    stage = StagingArea.at(stage_dir).stage_raw  # what the engine hands the connector
     connector = WebConnector(SourceConfig(kind="web", name="pydocs", options=options))
     start = time.perf_counter()
     found = connector.discover(DiscoveryRequest(known=known or {}, stage=stage))

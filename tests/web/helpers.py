@@ -12,6 +12,7 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.contract import Change, ChangeKind, VersionEvidence
+from include.staging import StagingArea
 from plugins.connectors.base import Discovery, DiscoveryRequest
 from plugins.connectors.web import WebConnector
 
@@ -46,14 +47,7 @@ class Run:
     """One discovery with a staging directory, and what it produced."""
 
     def __init__(self, connector: WebConnector, stage_dir: Path, known: dict[str, VersionEvidence] | None = None):
-        stage_dir.mkdir(parents=True, exist_ok=True)
-        counter = iter(range(1_000_000))
-
-        def stage(key: str, data: bytes, file_name: str = "") -> str:
-            path = stage_dir / f"{next(counter):06d}.bin"
-            path.write_bytes(data)
-            return str(path)
-
+        stage = StagingArea.at(stage_dir).stage_raw  # what the engine hands the connector
         self.discovery: Discovery = connector.discover(DiscoveryRequest(known=dict(known or {}), stage=stage))
 
     @property
