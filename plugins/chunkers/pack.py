@@ -82,22 +82,23 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-def _block_layout(
-    texts: Sequence[str], run: Run, ascii_only: bool
-) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
-    """Byte start, byte end and end token position of every block of the run.
+def _block_ends(texts: Sequence[str], data: bytes, ascii_only: bool) -> Sequence[int]:
+    """Byte offset where every block of the run ends (its joining ``"\\n"``, or the run's end).
 
-    Vectorised: this runs for every block of every document, so no Python code per block, and
-    the results stay numpy buffers behind memoryviews (bisect and index them like lists).
+    Vectorised: this runs for every block of every document, so no Python code per block. A
+    block starts one byte after the previous block's end. With non-ASCII text, character
+    offsets become byte offsets by counting the UTF-8 continuation bytes before them (one numpy
+    pass over the run's bytes instead of encoding every block again).
     """
-    n = len(texts)
-    if ascii_only:  # characters are bytes
-        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-    else:
-        sizes = np.array([len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts], dtype=np.int64)
-    ends = np.cumsum(sizes + 1) - 1  # one joining "\n" after every block but the last
-    end_tokens = np.searchsorted(run.token_end_array, ends, side="right")
-    return memoryview(ends - sizes), memoryview(ends), memoryview(end_tokens.astype(np.int64, copy=False))
+    ends = (np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 1).cumsum() - 1  # characters
+    if not ascii_only:
+        # Continuation bytes are 0x80-0xBF: as signed bytes, exactly those below -64.
+        continuation = np.flatnonzero(np.frombuffer(data, dtype=np.int8) < -64)
+        # The j-th continuation byte belongs to character ``continuation[j] - j - 1``, so it
+        # lies before the start of every character from index ``continuation[j] - j`` on.
+        continuation -= np.arange(len(continuation))
+        ends += continuation.searchsorted(ends, side="right")
+    return memoryview(ends)
 
 
 class _Cutter:
@@ -106,38 +107,37 @@ class _Cutter:
     def __init__(
         self,
         run: Run,
-        block_starts: Sequence[int],
         block_ends: Sequence[int],
-        end_tokens: Sequence[int],
         delimiters: re.Pattern[bytes],
         delimiter_bytes: tuple[bytes, ...],
         max_units: int,
         isolate_split: bool,
     ) -> None:
         self.run = run
-        self.block_starts = block_starts
         self.block_ends = block_ends
         self.delimiters = delimiters
         self.delimiter_bytes = delimiter_bytes
         self.max_units = max_units
         self.isolate_split = isolate_split
-        self.end_tokens = end_tokens  # token position of every block end
 
-    def cut(self, pos: int, max_tokens: int, block: int) -> int:
-        """Furthest cut after ``pos`` (in ``block``) whose token position stays within ``max_tokens``."""
-        last = min(len(self.block_ends) - 1, block + self.max_units - 1)
-        if self.isolate_split and pos > self.block_starts[block]:
+    def cut(self, pos: int, max_tokens: int, block: int) -> tuple[int, int]:
+        """Furthest cut after ``pos`` (in ``block``) whose token position stays within ``max_tokens``,
+        and the block the cut ends in (the cut is that block's end, or inside it)."""
+        block_ends = self.block_ends
+        last = min(len(block_ends) - 1, block + self.max_units - 1)
+        if self.isolate_split and pos > (block_ends[block - 1] + 1 if block else 0):
             last = block  # the rest of a split row is not glued to the next rows
-        # 1. Block ends: as many whole blocks as fit.
-        j = bisect_right(self.end_tokens, max_tokens, block, last + 1) - 1
-        if j >= block and self.block_ends[j] > pos:
-            return self.block_ends[j]
+        # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
+        # end of the run's token number ``max_tokens + 1``).
+        j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
+        if j >= block and block_ends[j] > pos:
+            return block_ends[j], j
         # 2. The block does not fit: delimiter ends, then token ends within it.
-        bend = self.block_ends[block]
+        bend = block_ends[block]
         sentence = self._sentence_cut(pos, bend, max_tokens)
         if sentence > pos:
-            return sentence
-        return self._token_cut(pos, bend, max_tokens)
+            return sentence, block
+        return self._token_cut(pos, bend, max_tokens), block
 
     def _sentence_cut(self, pos: int, bound: int, max_tokens: int) -> int:
         """End of the delimiter run holding the last delimiter in ``(pos, bound]`` within ``max_tokens``."""
@@ -236,12 +236,10 @@ def pack_run(
         return []
     joined = "\n".join(texts)
     run = Run(joined)
-    block_starts, block_ends, end_tokens = _block_layout(texts, run, joined.isascii())
+    block_ends = _block_ends(texts, run.data, joined.isascii())
     cutter = _Cutter(
         run,
-        block_starts,
         block_ends,
-        end_tokens,
         delimiter_pattern(delimiters),
         delimiter_bytes(delimiters),
         max_units,
@@ -251,29 +249,31 @@ def pack_run(
     token_ends = run.token_ends
     count, cut_at = run.count, cutter.cut
     drafts: list[Draft] = []
-    pos = 0
+    pos = block = 0  # where the next chunk's body starts, and the block that byte is in
+    at_block_start = True
     prev: tuple[int, int] | None = None  # (start, end) of the previous chunk's run bytes
     while pos < size:
-        block = first_block = bisect_right(block_starts, pos) - 1
-        prefix = prefix_at(block, pos == block_starts[block])
+        first_block = block
+        prefix = prefix_at(block, at_block_start)
         folded = prefix.skip_to_unit is not None
         if prefix.skip_to_unit is not None:
             if prefix.skip_to_unit >= len(texts):  # headings with nothing after them: the path alone
                 drafts.append(_draft(run, prefix, size, size, size, kind, unit_positions, first_block, -1, None))
                 break
             block = prefix.skip_to_unit
-            pos = block_starts[block]
+            pos = block_ends[block - 1] + 1
         start = pos
         if overlap and prev is not None and not folded:
             start = _overlap_start(run, prev[0], prev[1], overlap)
         while True:
-            max_tokens = bisect_right(token_ends, start) + limit - prefix.tokens
-            cut = cut_at(pos, max_tokens, block)
-            while (exact := count(start, cut, prefix.text, prefix.tokens)) > limit:
-                shrunk = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block)
+            start_tokens = bisect_right(token_ends, start)
+            max_tokens = start_tokens + limit - prefix.tokens
+            cut, last_block = cut_at(pos, max_tokens, block)
+            while (exact := count(start, cut, prefix.text, prefix.tokens, start_tokens)) > limit:
+                shrunk, shrunk_block = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block)
                 if shrunk >= cut:
                     break  # a single character over the limit: handled below
-                cut = shrunk
+                cut, last_block = shrunk, shrunk_block
             if exact <= limit:
                 break
             if start < pos:
@@ -283,18 +283,18 @@ def pack_run(
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
         if folded or _says_something(run, pos, cut):
-            last_block = bisect_right(block_starts, cut - 1, first_block) - 1
-            if start < pos:  # the overlap may reach back into earlier blocks
-                first_block = min(first_block, bisect_right(block_starts, start) - 1)
+            if start < pos and unit_positions:  # the overlap may reach back into earlier blocks
+                first_block = min(first_block, bisect_left(block_ends, start))
             overlap_end = prev[1] if prev is not None and start < pos else start
             drafts.append(
                 _draft(run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
             )
             prev = (start, cut)
-        pos = cut
-        i = bisect_left(block_ends, cut, block)
-        if i < len(block_ends) and block_ends[i] == cut and cut < size:
-            pos = cut + 1  # the "\n" joining two blocks belongs to neither chunk
+        if cut == block_ends[last_block]:
+            # The "\n" joining two blocks belongs to neither chunk.
+            pos, block, at_block_start = cut + 1, last_block + 1, True
+        else:
+            pos, block, at_block_start = cut, last_block, False
     return drafts
 
 
@@ -323,8 +323,15 @@ def _draft(
     if end > start and not prefix.text and not prefix.folded and start == overlap_end and exact is not None:
         # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
         body = run.data[start:end]
-        path = list(prefix.heading_path) if prefix.heading_path else []
-        return Draft(body.decode(), exact, path, _positions(unit_positions, first, last), kind, {}, utf8_hash(body))
+        return Draft(
+            body.decode(),
+            exact,
+            list(prefix.heading_path) if prefix.heading_path else [],
+            _positions(unit_positions, first, last) if unit_positions else [],
+            kind,
+            {},
+            utf8_hash(body),
+        )
     meta: dict[str, Any] = {}
     if end > start:
         text = prefix.text + run.decode(start, end)

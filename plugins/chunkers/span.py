@@ -150,7 +150,7 @@ class Run:
         self.data = text.encode("utf-8")  # a copy of the UTF-8 tiktoken left cached in the str
         # int32 halves the memory traffic; runs are far below 2 GiB (parsers cap document size).
         dtype = np.int32 if len(self.data) < 2**31 else np.int64
-        self.token_end_array = ends = np.cumsum(_lengths_array().take(tokens), dtype=dtype)
+        self.token_end_array = ends = _lengths_array().take(tokens).cumsum(dtype=dtype)
         # A memoryview bisects and indexes like a list of ints, without one Python int per token.
         self.token_ends: Sequence[int] = memoryview(ends)
 
@@ -170,6 +170,17 @@ class Run:
         if position >= self.ntokens:
             return len(self.data)
         return self.token_ends[position - 1]
+
+    def end_bound(self, max_tokens: int) -> int:
+        """Smallest byte offset ``e`` with ``tokens_before(e) > max_tokens`` (past the end if none).
+
+        An offset before it holds at most ``max_tokens`` of the run's tokens.
+        """
+        if max_tokens < 0:
+            return 0
+        if max_tokens >= self.ntokens:
+            return len(self.data) + 1
+        return self.token_ends[max_tokens]
 
     def is_char_start(self, off: int) -> bool:
         return off <= 0 or off >= len(self.data) or self.data[off] & 0xC0 != 0x80
@@ -205,36 +216,26 @@ class Run:
 
     def _last_hard(self, end: int, floor: int, scan: int = _SCAN) -> tuple[int, int] | None:
         """Last hard boundary of the run at or before ``end`` and not before ``floor``."""
-        if (usual := self._block_end_tail(end, floor)) is not None:
-            return usual
         data = self.data
+        if end < len(data) and data[end] == 0x0A and end - 2 >= floor:
+            # The usual chunk end, before a newline, without a scan: after an ASCII letter the
+            # end itself is hard (rule b); after one ASCII punctuation mark that follows a letter
+            # ("word." before the newline) the letter's end is, leaving a one-token window.
+            last = data[end - 1]
+            if last in _ASCII_LETTER:
+                return end, bisect_right(self.token_ends, end)
+            if last in _ASCII_PUNCT and data[end - 2] in _ASCII_LETTER:
+                return end - 1, bisect_right(self.token_ends, end - 1)
         if is_hard_boundary(data, end):
             return (end, self.tokens_before(end)) if end >= floor else None
         token_ends = self.token_ends
-        last = bisect_right(token_ends, end) - 1  # the last token ending at or before ``end``
-        for k in range(last, max(last - scan, -1), -1):
+        last_token = bisect_right(token_ends, end) - 1  # the last token ending at or before ``end``
+        for k in range(last_token, max(last_token - scan, -1), -1):
             off = token_ends[k]
             if off < floor:
                 return None
             if is_hard_boundary(data, off):
                 return off, k + 1
-        return None
-
-    def _block_end_tail(self, end: int, floor: int) -> tuple[int, int] | None:
-        """:meth:`_last_hard` for the usual chunk end, before a newline, without a scan.
-
-        After an ASCII letter the end itself is hard (rule b); after one ASCII punctuation mark
-        that follows a letter ("word." before the newline) the letter's end is, leaving a
-        one-token window. Anything else: None (the general scan decides).
-        """
-        data = self.data
-        if end >= len(data) or data[end] != 0x0A or end - 2 < floor:
-            return None
-        last = data[end - 1]
-        if last in _ASCII_LETTER:
-            return end, bisect_right(self.token_ends, end)
-        if last in _ASCII_PUNCT and data[end - 2] in _ASCII_LETTER:
-            return end - 1, bisect_right(self.token_ends, end - 1)
         return None
 
     # ------------------------------------------------------------------ exact counts
@@ -251,8 +252,13 @@ class Run:
             n = _WINDOWS[text] = len(self._enc.encode_ordinary(text))
         return n
 
-    def count(self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None) -> int:
-        """Exact ``len(encode_ordinary(prefix + run[start:end]))``; ``prefix`` ends with ``"\\n"``."""
+    def count(
+        self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None, start_tokens: int | None = None
+    ) -> int:
+        """Exact ``len(encode_ordinary(prefix + run[start:end]))``; ``prefix`` ends with ``"\\n"``.
+
+        ``start_tokens`` is ``tokens_before(start)`` when the caller has it already.
+        """
         if prefix_tokens is None:
             prefix_tokens = self.encode_len(prefix)
         if start >= end:
@@ -261,7 +267,10 @@ class Run:
         if 0x20 < data[start] < 0x7F and (start == 0 or data[start - 1] == 0x0A):
             # The usual chunk start (a block's first visible ASCII character): a hard boundary
             # by rule (a), also after a prefix; the general test below gives the same answer.
-            head: tuple[int, int] | None = (start, bisect_right(self.token_ends, start))
+            head: tuple[int, int] | None = (
+                start,
+                bisect_right(self.token_ends, start) if start_tokens is None else start_tokens,
+            )
         else:
             head = self._first_hard(start, end, bool(prefix))
         if head is not None:

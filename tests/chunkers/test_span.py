@@ -102,3 +102,28 @@ def test_last_start_with_count_matches_counting_every_candidate(
             expected = start
             break
     assert run.last_start_with_count(lo, end, want, steps) == expected
+
+
+@SETTINGS
+@given(st.lists(st.one_of(tricky, block_text(), st.text(max_size=20)), min_size=1, max_size=12))
+def test_block_ends_are_the_utf8_offsets_of_the_joins(texts: list[str]) -> None:
+    """The layout maps character offsets to byte offsets without encoding each block again."""
+    from plugins.chunkers.pack import _block_ends
+
+    joined = "\n".join(texts)
+    data = joined.encode("utf-8")
+    expected, offset = [], 0
+    for t in texts:
+        offset += len(t.encode("utf-8"))
+        expected.append(offset)
+        offset += 1  # the joining "\n"
+    assert list(_block_ends(texts, data, joined.isascii())) == expected
+
+
+@SETTINGS
+@given(st.one_of(tricky, block_text()), st.integers(min_value=-2, max_value=200))
+def test_end_bound_separates_offsets_by_token_count(text: str, max_tokens: int) -> None:
+    run = Run(text)
+    bound = run.end_bound(max_tokens)
+    for off in range(len(run) + 1):
+        assert (run.tokens_before(off) <= max_tokens) == (off < bound)
