@@ -43,8 +43,10 @@ LIMIT = 512
 # Repetitions per row (best kept). The CI host's CPU speed swings by ~40% in phases of seconds;
 # with three rounds a row's best was a lottery, with seven every row sees a fast phase.
 ROUNDS = 7
-# The corpus is timed in this many batches, every row taking each batch in turn (see run()).
-BATCHES = 10
+# The corpus is timed in this many batches, every row taking each batch in turn (see run()):
+# enough to pair rows within a couple of seconds; more, shorter batches measured every row
+# with caches cooled by the row before it (the chunkers lost 5-10% against the raw passes).
+BATCHES = 3
 _NUMPY_RAW = "encode_to_numpy (no Python ints)"
 SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", "/work/shared/seeds"))
 PYDOCS = Path(os.environ.get("TRIBUTARY_PYDOCS", "/usr/share/doc/python3.11/html"))
