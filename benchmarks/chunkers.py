@@ -7,7 +7,7 @@ a fifth of the corpus) plus the text of Python's HTML documentation (Debian ``py
 blocks (building those is the parser's job), the peers as the documents' text.
 
 Rows: throughput in corpus tokens per second of process CPU time (the numerator is the raw token
-count of the corpus for every row, so rows compare by time), best of seven interleaved
+count of the corpus for every row, so rows compare by time), best of eleven interleaved
 repetitions (the order rotates every round, and every row gets new input objects each time, as
 a pipeline's chunker does: see ``_refresh``); then,
 outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
@@ -41,8 +41,8 @@ from plugins.chunkers.tokenizer import get_encoding
 
 LIMIT = 512
 # Repetitions per row (best kept). The CI host's CPU speed swings by ~40% in phases of seconds;
-# with three rounds a row's best was a lottery, with seven every row sees a fast phase.
-ROUNDS = 7
+# with three rounds a row's best was a lottery; eleven give every row several fast phases.
+ROUNDS = 11
 # The corpus is timed in this many batches, every row taking each batch in turn (see run()):
 # enough to pair rows within a couple of seconds; more, shorter batches measured every row
 # with caches cooled by the row before it (the chunkers lost 5-10% against the raw passes).
