@@ -139,7 +139,7 @@ class Run:
     inside the chunk plus the short edge windows encoded again.
     """
 
-    __slots__ = ("_enc", "data", "ntokens", "token_end_array", "token_ends")
+    __slots__ = ("_enc", "data", "ntokens", "token_ends")
 
     def __init__(self, text: str) -> None:
         enc = self._enc = get_encoding()
@@ -148,11 +148,12 @@ class Run:
         tokens = np.frombuffer(enc._core_bpe.encode_to_tiktoken_buffer(text, _NO_SPECIALS), dtype=np.uint32)
         self.ntokens = len(tokens)
         self.data = text.encode("utf-8")  # a copy of the UTF-8 tiktoken left cached in the str
-        # int32 halves the memory traffic; runs are far below 2 GiB (parsers cap document size).
-        dtype = np.int32 if len(self.data) < 2**31 else np.int64
-        self.token_end_array = ends = _lengths_array().take(tokens).cumsum(dtype=dtype)
+        # The narrowest type that holds the run's length: most runs are under 64 KiB, and the
+        # chunker's memory traffic competes with the tokenizer's tables for the cache.
+        size = len(self.data)
+        dtype = np.uint16 if size < 2**16 else np.int32 if size < 2**31 else np.int64
         # A memoryview bisects and indexes like a list of ints, without one Python int per token.
-        self.token_ends: Sequence[int] = memoryview(ends)
+        self.token_ends: Sequence[int] = memoryview(_lengths_array().take(tokens).cumsum(dtype=dtype))
 
     def __len__(self) -> int:
         return len(self.data)

@@ -126,3 +126,23 @@ def test_end_bound_separates_offsets_by_token_count(text: str, max_tokens: int) 
     bound = run.end_bound(max_tokens)
     for off in range(len(run) + 1):
         assert (run.tokens_before(off) <= max_tokens) == (off < bound)
+
+
+def test_runs_past_64_kib_keep_exact_offsets_and_counts() -> None:
+    """Token ends are stored in the narrowest type that holds the run: 16 bits up to 64 KiB."""
+    enc = get_encoding()
+    paragraph = "Tokenizer 边界测试，第二句。Another sentence, with digits 12345!\n"
+    for size in (2**16 - 1, 2**16, 150_000):
+        text = (paragraph * (size // len(paragraph.encode()) + 1)).encode()[:size].decode(errors="ignore")
+        text += "x" * (size - len(text.encode()))  # exactly ``size`` bytes
+        run = Run(text)
+        data = text.encode()
+        assert len(data) == size and run.token_ends.itemsize == (2 if size < 2**16 else 4)  # type: ignore[attr-defined]
+        assert run.token_ends[run.ntokens - 1] == size == len(run)
+        assert run.ntokens == len(enc.encode_ordinary(text))
+        for start, end in ((0, len(data)), (len(data) // 3, len(data) - 7), (60_000, min(70_000, len(data)))):
+            while not run.is_char_start(start):
+                start += 1
+            while not run.is_char_start(end):
+                end -= 1
+            assert run.count(start, end) == len(enc.encode_ordinary(data[start:end].decode())), (size, start, end)
