@@ -82,6 +82,11 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
+def _block_start(block_ends: Sequence[int], block: int) -> int:
+    """Byte offset where ``block`` starts: one past the previous block's joining ``"\\n"``."""
+    return block_ends[block - 1] + 1 if block else 0
+
+
 def _block_ends(texts: Sequence[str], ascii_only: bool) -> Sequence[int]:
     """Byte offset where every block of the run ends (its joining ``"\\n"``, or the run's end).
 
@@ -123,7 +128,7 @@ class _Cutter:
         and the block the cut ends in (the cut is that block's end, or inside it)."""
         block_ends = self.block_ends
         last = min(len(block_ends) - 1, block + self.max_units - 1)
-        if self.isolate_split and pos > (block_ends[block - 1] + 1 if block else 0):
+        if self.isolate_split and pos > _block_start(block_ends, block):
             last = block  # the rest of a split row is not glued to the next rows
         # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
         # end of the run's token number ``max_tokens + 1``).
@@ -261,7 +266,7 @@ def pack_run(
                 drafts.append(_draft(run, prefix, size, size, size, kind, unit_positions, first_block, -1, None))
                 break
             block = prefix.skip_to_unit
-            pos = block_ends[block - 1] + 1
+            pos = _block_start(block_ends, block)
         start = pos
         if overlap and prev is not None and not folded:
             start = _overlap_start(run, prev[0], prev[1], overlap)
@@ -327,7 +332,7 @@ def _draft(
             str(body, "utf-8"),
             exact,
             list(prefix.heading_path) if prefix.heading_path else [],
-            _positions(unit_positions, first, last) if unit_positions else [],
+            _positions(unit_positions, first, last),
             kind,
             {},
             utf8_hash(body),

@@ -51,10 +51,15 @@ def heading_paths(blocks: list[Block]) -> list[tuple[str, ...]]:
     Parsers fill ``Block.heading_path`` (a heading's own path ends with itself); when none of the
     blocks carries one, the path is rebuilt from the heading blocks' levels.
     """
-    heading = BlockKind.HEADING
-    if heading not in map(_KIND, blocks) and not any(map(_HEADING_PATH, blocks)):
-        return [()] * len(blocks)  # (C loops: this runs for every block of every document)
-    if any(b.heading_path for b in blocks):
+    from_parsers = any(map(_HEADING_PATH, blocks))
+    if not from_parsers and BlockKind.HEADING not in map(_KIND, blocks):
+        return [()] * len(blocks)
+    return _heading_paths(blocks, from_parsers)
+
+
+def _heading_paths(blocks: list[Block], from_parsers: bool) -> list[tuple[str, ...]]:
+    """:func:`heading_paths` when the caller already knows whether any block has a heading path."""
+    if from_parsers:
         out = []
         for b in blocks:
             path = [_clean(h) for h in b.heading_path]
@@ -166,7 +171,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     blocks = doc.blocks
     texts, positions, kinds, has_paths, has_positions = _outline(blocks)
     TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
-    paths = heading_paths(blocks) if has_paths or HEADING in kinds else [()] * len(blocks)
+    paths = _heading_paths(blocks, has_paths) if has_paths or HEADING in kinds else [()] * len(blocks)
     drafts: list[Draft] = []
     run: list[int] = []
 
