@@ -72,6 +72,21 @@ def clean(folder: Path, tmp_path: Path, monkeypatch) -> tuple[dict, dict]:
     return snap
 
 
+def _process_batches(ctx: RunContext, plan: dict, *, repeat: int = 1) -> None:
+    """Fetch, parse, chunk and upsert every batch of ``plan``, each stage ``repeat`` times in a row."""
+    src = ctx.source
+    with open_connector(ctx) as connector:
+        for batch in plan["batches"]:
+            for _ in range(repeat):
+                fetched = fetch_stage(batch, connector)
+            for _ in range(repeat):
+                parsed = parse_stage(fetched, src)
+            for _ in range(repeat):
+                chunked = chunk_stage(parsed, src)
+            for _ in range(repeat):
+                upsert_stage(chunked, src, lambda: open_index(src.index))
+
+
 def _stages_twice(src: SourceConfig, run_id: str) -> None:
     """Every task of one run executed twice in a row, as an Airflow retry or clear would."""
     store = open_state_store()
@@ -79,20 +94,11 @@ def _stages_twice(src: SourceConfig, run_id: str) -> None:
     start_run(ctx, store)
     discover_stage(ctx, store)
     plan = discover_stage(ctx, store)
+    _process_batches(ctx, plan, repeat=2)
 
     def factory():
         return open_index(src.index)
 
-    with open_connector(ctx) as connector:
-        for batch in plan["batches"]:
-            for _ in range(2):
-                fetched = fetch_stage(batch, connector)
-            for _ in range(2):
-                parsed = parse_stage(fetched, src)
-            for _ in range(2):
-                chunked = chunk_stage(parsed, src)
-            for _ in range(2):
-                upsert_stage(chunked, src, factory)
     counts = commit_stage(ctx, store, factory)
     assert commit_stage(ctx, store, factory) == counts
     finish_stage(ctx, store, counts)
@@ -148,13 +154,11 @@ def test_discover_rerun_keeps_the_runs_plan(folder: Path, clean, tributary_home)
     ctx = RunContext(source=src, run_id="replan")
     start_run(ctx, store)
     plan = discover_stage(ctx, store)
+    _process_batches(ctx, plan)
 
     def factory():
         return open_index(src.index)
 
-    with open_connector(ctx) as connector:
-        for batch in plan["batches"]:
-            upsert_stage(chunk_stage(parse_stage(fetch_stage(batch, connector), src), src), src, factory)
     counts = commit_stage(ctx, store, factory)
     again = discover_stage(ctx, store)  # cleared discover, after the commit
     assert again["batches"] == plan["batches"]
@@ -170,11 +174,7 @@ def test_crash_between_upsert_and_commit_then_next_run(folder: Path, clean, trib
     store = open_state_store()
     ctx = RunContext(source=src, run_id="crashed")
     start_run(ctx, store)
-    plan = discover_stage(ctx, store)
-    with open_connector(ctx) as connector:
-        for batch in plan["batches"]:
-            path = chunk_stage(parse_stage(fetch_stage(batch, connector), src), src)
-            upsert_stage(path, src, lambda: open_index(src.index))
+    _process_batches(ctx, discover_stage(ctx, store))
     # the worker dies here: chunks are in the index, state was never committed
     assert store.items("files:t") == {}
     summary = run_pipeline(src)
