@@ -15,10 +15,10 @@ from itertools import zip_longest
 
 from include.contract import Block, Position
 from plugins.chunkers.options import ChunkOptions
-from plugins.chunkers.pack import Draft, Prefix, pack_run
+from plugins.chunkers.pack import ChunkSink, Prefix, pack_run
 from plugins.chunkers.tokenizer import count_tokens
 
-__all__ = ["TableRows", "render_row", "table_drafts"]
+__all__ = ["TableRows", "chunk_table", "render_row"]
 
 _ROW_DELIMITERS = "`; `"
 _SPACES = re.compile(r"\s+")
@@ -70,8 +70,8 @@ def render_row(header: Sequence[str] | None, row: Sequence[str]) -> str:
     return "; ".join(pairs)
 
 
-def table_drafts(table: TableRows, opts: ChunkOptions, path_prefix: str = "") -> list[Draft]:
-    """Chunk one table. ``path_prefix`` is the heading line (heading mode) or empty."""
+def chunk_table(table: TableRows, opts: ChunkOptions, sink: ChunkSink, path_prefix: str = "") -> None:
+    """Chunk one table into ``sink``. ``path_prefix`` is the heading line (heading mode) or empty."""
     texts: list[str] = []
     positions: list[list[Position]] = []
     for row, pos in zip(table.rows, table.positions, strict=True):
@@ -88,14 +88,15 @@ def table_drafts(table: TableRows, opts: ChunkOptions, path_prefix: str = "") ->
         prefix_text = path_prefix if count_tokens(path_prefix) <= opts.prefix_limit else ""
     if not texts:
         if not header_line:
-            return []
+            return
         # A header without data rows is still content a search may want.
         texts, positions, prefix_text = [header_line.rstrip("\n")], [[]], path_prefix
     prefix = Prefix(prefix_text, count_tokens(prefix_text), list(table.heading_path))
-    drafts = pack_run(
+    pack_run(
         texts,
         positions,
         lambda _unit, _at_start: prefix,
+        sink,
         limit=opts.chunk_token_num,
         overlap=0,
         delimiters=_ROW_DELIMITERS,
@@ -103,4 +104,3 @@ def table_drafts(table: TableRows, opts: ChunkOptions, path_prefix: str = "") ->
         max_units=opts.table_rows_per_chunk,
         isolate_split=True,
     )
-    return drafts

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
-from include.contract import Block, BlockKind, Chunk, ParsedDocument, Position, chunk_id
+from include.contract import Block, BlockKind, Chunk, ParsedDocument, Position
 from plugins.chunkers.options import ChunkOptions
-from plugins.chunkers.pack import NO_PREFIX, Draft, Prefix, pack_run
+from plugins.chunkers.pack import NO_PREFIX, ChunkSink, Prefix, pack_run
 from plugins.chunkers.registry import register_chunker
-from plugins.chunkers.table import TableRows, table_drafts
+from plugins.chunkers.table import TableRows, chunk_table
 from plugins.chunkers.tokenizer import count_tokens
 
 __all__ = ["chunk_heading", "chunk_token", "chunk_with_options", "heading_paths"]
@@ -81,10 +81,32 @@ def _heading_paths(blocks: list[Block], from_parsers: bool) -> list[tuple[str, .
     return out
 
 
+class _ParserPaths(Sequence[tuple[str, ...]]):
+    """Heading paths of a document without heading blocks: every block's own ``heading_path``,
+    cleaned, computed when asked.
+
+    :func:`_heading_paths` would compute the same tuples for every block up front; without
+    heading blocks there is no stack to rebuild, and the plain chunker asks once per chunk, so a
+    large document whose blocks carry no path never reads its tens of thousands of empty lists.
+    """
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self, blocks: list[Block]) -> None:
+        self._blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __getitem__(self, index: int) -> tuple[str, ...]:  # type: ignore[override]  # no slices
+        path = self._blocks[index].heading_path
+        return tuple(map(_clean, path)) if path else ()
+
+
 class _Headings:
     """Prefix provider for one prose run in heading mode."""
 
-    def __init__(self, blocks: list[Block], paths: list[tuple[str, ...]], opts: ChunkOptions) -> None:
+    def __init__(self, blocks: list[Block], paths: Sequence[tuple[str, ...]], opts: ChunkOptions) -> None:
         self.blocks = blocks
         self.paths = paths
         self.limit = opts.prefix_limit
@@ -122,7 +144,7 @@ class _Headings:
         return Prefix(text, tokens, list(own))
 
 
-def _plain_prefix(blocks: list[Block], paths: list[tuple[str, ...]]) -> Any:
+def _plain_prefix(blocks: list[Block], paths: Sequence[tuple[str, ...]]) -> Any:
     def prefix_at(unit: int, _at_start: bool) -> Prefix:
         block = blocks[unit]
         path = paths[unit]
@@ -145,34 +167,35 @@ def _is_header_echo(block: Block, following: Block | None) -> bool:
     )
 
 
-def _outline(blocks: list[Block]) -> tuple[list[str], list[list[Position]], set[BlockKind], bool, bool]:
-    """Every block's text and positions, the kinds present, and whether any block has a heading
-    path or positions, in one pass.
+def _outline(blocks: list[Block]) -> tuple[list[str], list[list[Position]], set[BlockKind], bool]:
+    """Every block's text and positions, the kinds present, and whether any block has positions,
+    in one pass.
 
     One Python loop that touches every block once: separate C passes (``map(attrgetter(...))``)
     took twice as long on large documents, each of them missing the cache on every block again.
+    Heading paths are not read here (see :class:`_ParserPaths`).
     """
     texts: list[str] = []
     positions: list[list[Position]] = []
     kinds: set[BlockKind] = set()
     add_text, add_positions, add_kind = texts.append, positions.append, kinds.add
-    has_paths = False
     for block in blocks:
         add_text(block.text)
         add_kind(block.kind)
         add_positions(block.positions)
-        if block.heading_path:
-            has_paths = True
-    return texts, positions, kinds, has_paths, any(positions)
+    return texts, positions, kinds, any(positions)
 
 
 def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> list[Chunk]:
     """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
     blocks = doc.blocks
-    texts, positions, kinds, has_paths, has_positions = _outline(blocks)
+    texts, positions, kinds, has_positions = _outline(blocks)
     TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
-    paths = _heading_paths(blocks, has_paths) if has_paths or HEADING in kinds else [()] * len(blocks)
-    drafts: list[Draft] = []
+    # With heading blocks, a block's path depends on the headings before it: all paths up front.
+    paths: Sequence[tuple[str, ...]] = (
+        _heading_paths(blocks, any(map(_HEADING_PATH, blocks))) if HEADING in kinds else _ParserPaths(blocks)
+    )
+    sink = ChunkSink(doc_id)
     run: list[int] = []
 
     def flush_run(members: Sequence[int]) -> None:
@@ -186,15 +209,14 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
         run_positions: Any = ()
         if has_positions:
             run_positions = positions if whole else list(map(positions.__getitem__, members))
-        drafts.extend(
-            pack_run(
-                texts if whole else list(map(texts.__getitem__, members)),
-                run_positions,
-                prefix_at,
-                limit=opts.chunk_token_num,
-                overlap=opts.overlap_tokens,
-                delimiters=opts.delimiters,
-            )
+        pack_run(
+            texts if whole else list(map(texts.__getitem__, members)),
+            run_positions,
+            prefix_at,
+            sink,
+            limit=opts.chunk_token_num,
+            overlap=opts.overlap_tokens,
+            delimiters=opts.delimiters,
         )
 
     table: TableRows | None = None
@@ -205,7 +227,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             path_prefix = ""
             if opts.headings and table.heading_path:
                 path_prefix = _Headings([], [], opts).render(tuple(table.heading_path))[0]
-            drafts.extend(table_drafts(table, opts, path_prefix))
+            chunk_table(table, opts, sink, path_prefix)
             table = None
 
     split_sections = opts.headings and not opts.cross_sections
@@ -250,22 +272,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
         run.append(i)
     flush_run(run)
     flush_table()
-    # Positional arguments, in Chunk's field order: a keyword call costs a third more, per chunk.
-    return [
-        Chunk(
-            chunk_id(doc_id, seq),
-            doc_id,
-            seq,
-            d.text,
-            d.token_count,
-            d.content_hash,
-            d.heading_path,
-            d.positions,
-            d.kind,
-            d.metadata,
-        )
-        for seq, d in enumerate(drafts)
-    ]
+    return sink.chunks
 
 
 @register_chunker("token", VERSION)
