@@ -7,9 +7,11 @@ a fifth of the corpus) plus the text of Python's HTML documentation (Debian ``py
 blocks (building those is the parser's job), the peers as the documents' text.
 
 Rows: throughput in corpus tokens per second of process CPU time (the numerator is the raw token
-count of the corpus for every row, so rows compare by time), best of eleven interleaved
-repetitions (the order rotates every round, and every row gets new input objects each time, as
-a pipeline's chunker does: see ``_refresh``); then,
+count of the corpus for every row, so rows compare by time), best of 21 interleaved rounds (the
+order rotates every round, and every row gets new input objects each time, as a pipeline's
+chunker does: see ``_refresh``). Verdicts use per-round paired ratios instead: every row's time
+against raw's and ours' in the same round, their median and a distribution-free 97% interval
+(``_median_ci``); a row is ahead or behind only when the whole interval says so. Then,
 outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
 (text destroyed by cutting inside a character) are counted.
 
@@ -29,6 +31,7 @@ reported as such, not skipped silently.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import time
 from collections.abc import Callable
@@ -40,9 +43,10 @@ from plugins.chunkers import chunk_document
 from plugins.chunkers.tokenizer import get_encoding
 
 LIMIT = 512
-# Repetitions per row (best kept). The CI host's CPU speed swings by ~40% in phases of seconds;
-# with three rounds a row's best was a lottery; eleven give every row several fast phases.
-ROUNDS = 11
+# Repetitions per row. The CI host's CPU speed swings by ~40% in phases of seconds; with three
+# rounds a row's best was a lottery. Verdicts come from per-round paired ratios (see _median_ci):
+# 21 rounds give a distribution-free 97% interval for their median (6th to 16th of 21).
+ROUNDS = 21
 # The corpus is timed in this many batches, every row taking each batch in turn (see run()):
 # enough to pair rows within a couple of seconds; more, shorter batches measured every row
 # with caches cooled by the row before it (the chunkers lost 5-10% against the raw passes).
@@ -90,6 +94,25 @@ def corpus(quick: bool) -> list[list[str]]:
             docs.append(paragraphs)
             size += len("\n\n".join(paragraphs).encode())
     return docs
+
+
+def _median_ci(ratios: list[float]) -> tuple[float, float, float]:
+    """Median of paired per-round ratios and a distribution-free ~95% interval for it.
+
+    The interval is between the k-th smallest and k-th largest ratio, k the largest with
+    P(Binomial(n, 1/2) < k) <= 2.5% (order statistics of the median: no normality assumed, and
+    one slow phase of the host moves it by one rank, not by its size).
+    """
+    xs = sorted(ratios)
+    n = len(xs)
+    k, tail = 0, 0.0
+    while True:
+        tail_next = tail + math.comb(n, k) / 2**n  # P(B <= k)
+        if tail_next > 0.025:
+            break
+        k, tail = k + 1, tail_next
+    k = max(k, 1)
+    return xs[n // 2], xs[k - 1], xs[n - k]
 
 
 def _peers(enc: Any) -> dict[str, Callable[[str, list[str]], list[str]] | str]:
@@ -179,18 +202,31 @@ def run(quick: bool) -> dict[str, Any]:
         for name in names:
             times[name].append(spent[name])
     best = {name: min(t) for name, t in times.items()}
-    raw = best["encode_ordinary (physical limit)"]
+    raw_name = "encode_ordinary (physical limit)"
+    raw = best[raw_name]
+    # Per round, every row's time against raw's and ours', both measured in the same round batch
+    # by batch: pairing cancels the host's drift, which best-of rows alone do not.
+    vs_raw = {name: _median_ci([r / t for r, t in zip(times[raw_name], times[name], strict=True)]) for name in impls}
+    ours_over = {
+        name: _median_ci([o / t for o, t in zip(times["tributary token"], times[name], strict=True)]) for name in impls
+    }
     rows = []
     for name in impls:
+        med, lo, hi = vs_raw[name]
         row: dict[str, Any] = {
             "implementation": name,
             "seconds": round(best[name], 3),
             "tokens/s": corpus_tokens / best[name],
             "x raw tokenizer": round(raw / best[name], 3),
+            "x raw, paired median [97% CI]": f"{med:.3f} [{lo:.3f}-{hi:.3f}]",
+            "ours / this time, paired median [97% CI]": "",
         }
-        if name not in ("encode_ordinary (physical limit)", _NUMPY_RAW):
+        if name not in (raw_name, _NUMPY_RAW):
             chunks = [c for doc in outputs[name] for c in doc]
             counts = [len(enc.encode_ordinary(c)) for c in chunks]
+            if name != "tributary token":
+                med, lo, hi = ours_over[name]  # (the raw rows' pairing is the column before)
+                row["ours / this time, paired median [97% CI]"] = f"{med:.3f} [{lo:.3f}-{hi:.3f}]"
             row.update(
                 {
                     "chunks": len(chunks),
@@ -203,40 +239,30 @@ def run(quick: bool) -> dict[str, Any]:
     for name, note in notes.items():
         rows.append({"implementation": name, "seconds": note})
     ours_row = next(r for r in rows if r["implementation"] == "tributary token")
-    peer_rows = [
-        r
-        for r in rows
-        if r["implementation"] not in ("tributary token", "encode_ordinary (physical limit)", _NUMPY_RAW)
-    ]
-    timed_peers = [r for r in peer_rows if isinstance(r["seconds"], float)]
-    # Per round, ours' time over each peer's, both measured in the same round, batch by batch:
-    # this pairing cancels the host's drift, which the best-of rows alone do not.
-    paired = {
-        r["implementation"]: sorted(
-            o / p for o, p in zip(times["tributary token"], times[r["implementation"]], strict=True)
-        )
-        for r in timed_peers
+    timed_peers = [name for name in impls if name not in ("tributary token", raw_name, _NUMPY_RAW)]
+    # A verdict needs the whole interval on one side: within it, the rows are level, not apart.
+    standing = {
+        name: "ahead of" if ours_over[name][2] < 1 else "behind" if ours_over[name][1] > 1 else "level with"
+        for name in timed_peers
     }
-    median = {name: ratios[len(ratios) // 2] for name, ratios in paired.items()}
-    # Ahead means both: the best round faster than the peer's best, and faster in most rounds.
-    ahead = all(ours_row["seconds"] < r["seconds"] and median[r["implementation"]] < 1 for r in timed_peers)
-    goal = ours_row["x raw tokenizer"] >= 0.8 and ahead and ours_row[f"over {LIMIT}"] == 0
+    ahead = all(v == "ahead of" for v in standing.values())
+    raw_med, raw_lo, raw_hi = vs_raw["tributary token"]
+    goal = raw_lo >= 0.8 and ahead and ours_row[f"over {LIMIT}"] == 0
     mb = sum(len(t.encode()) for t in texts) / 1e6
     summary = (
         f"Corpus: {len(docs)} documents, {mb:.1f} MB, {corpus_tokens:,} tokens, {chinese:,} CJK characters; "
-        f"limit {LIMIT} tokens, no overlap. Ours ran at {ours_row['x raw tokenizer']:.2f}x the raw tokenizer "
-        f"(encode_ordinary; {best[_NUMPY_RAW] / best['tributary token']:.2f}x of encode_to_numpy, the same BPE "
-        "without a Python int per token, which is how ours encodes), "
-        f"{'ahead of' if ahead else 'NOT ahead of'} every timed peer, {ours_row[f'over {LIMIT}']} chunks over "
-        f"the limit: goal (>= 0.8x raw, ahead of every peer, limit held) {'MET' if goal else 'NOT met'}."
-    )
-    if timed_peers:
-        closest = min(timed_peers, key=lambda r: r["seconds"])["implementation"]
-        ratios = paired[closest]
-        summary += (
-            f" Per round, ours took {median[closest]:.3f}x the time of {closest} (median of "
-            f"{len(ratios)} rounds; range {ratios[0]:.3f}-{ratios[-1]:.3f})."
+        f"limit {LIMIT} tokens, no overlap; {ROUNDS} rounds. Ours ran at {raw_med:.3f}x the raw tokenizer "
+        f"(encode_ordinary; median of paired rounds, 97% interval {raw_lo:.3f}-{raw_hi:.3f}; best rounds: "
+        f"{ours_row['x raw tokenizer']:.2f}x, and {best[_NUMPY_RAW] / best['tributary token']:.2f}x of "
+        "encode_to_numpy, the same BPE without a Python int per token, which is how ours encodes). "
+        + "; ".join(
+            f"{standing[n]} {n} (ours took {ours_over[n][0]:.3f}x its time, 97% interval "
+            f"{ours_over[n][1]:.3f}-{ours_over[n][2]:.3f})"
+            for n in timed_peers
         )
+        + f". {ours_row[f'over {LIMIT}']} chunks over the limit. Goal (>= 0.8x raw and ahead of every peer, "
+        f"both with the whole interval, limit held): {'MET' if goal else 'NOT met'}."
+    )
     if notes:
         summary += " Missing peers: " + "; ".join(f"{k}: {v}" for k, v in notes.items())
     return {
