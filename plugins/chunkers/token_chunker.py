@@ -167,7 +167,7 @@ def _is_header_echo(block: Block, following: Block | None) -> bool:
     )
 
 
-def _outline(blocks: list[Block]) -> tuple[list[str], list[list[Position]], set[BlockKind], bool]:
+def _outline(blocks: list[Block]) -> tuple[list[str], list[Sequence[Position]], set[BlockKind], bool]:
     """Every block's text and positions, the kinds present, and whether any block has positions,
     in one pass.
 
@@ -176,7 +176,7 @@ def _outline(blocks: list[Block]) -> tuple[list[str], list[list[Position]], set[
     Heading paths are not read here (see :class:`_ParserPaths`).
     """
     texts: list[str] = []
-    positions: list[list[Position]] = []
+    positions: list[Sequence[Position]] = []
     kinds: set[BlockKind] = set()
     add_text, add_positions, add_kind = texts.append, positions.append, kinds.add
     for block in blocks:

@@ -268,7 +268,7 @@ class BlockBuilder:
                 text,
                 level=level,
                 heading_path=self.heading_path,
-                positions=positions or [],
+                positions=positions or (),
                 metadata=metadata,
             )
         )
@@ -291,7 +291,7 @@ class BlockBuilder:
                 text,
                 level=level,
                 heading_path=self.heading_path,
-                positions=positions or [],
+                positions=positions or (),
                 rows=rows,
                 header=header,
                 metadata=metadata,
