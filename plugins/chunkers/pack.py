@@ -20,6 +20,7 @@ So no chunk exceeds the limit, whatever the tokenizer does at the edges.
 
 from __future__ import annotations
 
+import itertools
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
@@ -143,9 +144,11 @@ class _Cutter:
         delimiter_bytes: tuple[bytes, ...],
         max_units: int,
         isolate_split: bool,
+        breaks: Sequence[int] = (),
     ) -> None:
         self.run = run
         self.block_ends = block_ends
+        self.breaks = breaks
         self.delimiters = delimiters
         self.delimiter_bytes = delimiter_bytes
         self.max_units = max_units
@@ -158,6 +161,10 @@ class _Cutter:
         last = min(len(block_ends) - 1, block + self.max_units - 1)
         if self.isolate_split and pos > _block_start(block_ends, block):
             last = block  # the rest of a split row is not glued to the next rows
+        if self.breaks:  # no chunk crosses into the next section
+            following = bisect_right(self.breaks, block)
+            if following < len(self.breaks):
+                last = min(last, self.breaks[following] - 1)
         # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
         # end of the run's token number ``max_tokens + 1``).
         j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
@@ -256,6 +263,7 @@ def pack_run(
     kind: str = "text",
     max_units: int = _NO_LIMIT,
     isolate_split: bool = False,
+    breaks: Sequence[int] = (),
 ) -> None:
     """Chunk one run of blocks (``texts``), the blocks joined by ``"\\n"``, into ``sink``.
 
@@ -263,6 +271,10 @@ def pack_run(
     ``prefix_at(block, at_block_start)`` gives the prefix of a chunk whose body starts in that
     block; ``delimiters`` is the option string (seed syntax); ``max_units`` caps blocks per chunk
     and ``isolate_split`` keeps the pieces of a split block out of other blocks' chunks (tables).
+    ``breaks`` are the blocks (ascending) that open a new section. The chunks are exactly those of
+    one run per section: every section is encoded on its own (:meth:`Run.of_sections`), no chunk
+    spans a break and no overlap reaches back across one; what is shared is everything else a run
+    costs (a heading-dense document has hundreds of sections).
     """
     if not texts:
         return
@@ -270,7 +282,11 @@ def pack_run(
     # Block ends first, while the join has the texts in the cache: the tokenizer's tables
     # would push them out (measured: 1-2% of the chunker's time).
     block_ends = _block_ends(texts, joined.isascii())
-    run = Run(joined)
+    if breaks:
+        bounds = [0, *breaks, len(texts)]
+        run = Run.of_sections(joined, ["\n".join(texts[a:b]) for a, b in itertools.pairwise(bounds)])
+    else:
+        run = Run(joined)
     del joined  # freed now, its memory is reused (cache-warm) by what follows
     cutter = _Cutter(
         run,
@@ -279,6 +295,7 @@ def pack_run(
         delimiter_bytes(delimiters),
         max_units,
         isolate_split,
+        breaks,
     )
     size = len(run)
     token_ends = run.token_ends
@@ -286,17 +303,27 @@ def pack_run(
     pos = block = 0  # where the next chunk's body starts, and the block that byte is in
     at_block_start = True
     prev_start = prev_end = -1  # the previous chunk's run bytes (none yet)
+    section, section_end = 0, len(texts)  # the current section: its number, the block after it
     data = run.data
     add = sink.add
     while pos < size:
         first_block = block
+        if breaks:
+            following = bisect_right(breaks, block)
+            if following != section:  # a new section: nothing of the previous one overlaps into it
+                section, prev_start, prev_end = following, -1, -1
+            section_end = breaks[following] if following < len(breaks) else len(texts)
         prefix = prefix_at(block, at_block_start)
         skip_to = prefix.skip_to_unit
         folded = skip_to is not None
         if skip_to is not None:
-            if skip_to >= len(texts):  # headings with nothing after them: the path alone
-                _emit(sink, run, prefix, size, size, size, kind, unit_positions, first_block, -1)
-                break
+            if skip_to >= section_end:  # headings with nothing after them: the path alone
+                _emit(sink, run, prefix, size, size, size, kind, unit_positions, first_block, skip_to - 1)
+                if skip_to >= len(texts):
+                    break
+                block, at_block_start = skip_to, True
+                pos = _block_start(block_ends, block)
+                continue
             block = skip_to
             pos = _block_start(block_ends, block)
         start = pos
@@ -379,7 +406,6 @@ def _emit(
         text = prefix.text.rstrip("\n")
         digest = text_hash(text)
         exact = None
-        last = len(unit_positions) - 1
     if exact is None:
         exact = run.encode_len(text)
     if prefix.text:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +58,12 @@ _ASCII_DIGIT = frozenset(range(0x30, 0x3A))
 # E2 (U+2000-U+205F), E3 (U+3000); ASCII controls and space; DEL to be safe.
 _ASCII_NOT_WS = frozenset(range(0x21, 0x7F))
 _ASCII_PUNCT = _ASCII_NOT_WS - _ASCII_LETTER - _ASCII_DIGIT
+
+
+def _offset_dtype(size: int) -> type[np.unsignedinteger[Any]] | type[np.signedinteger[Any]]:
+    """The narrowest type that holds byte offsets up to ``size``: most runs are under 64 KiB,
+    and the chunker's memory traffic competes with the tokenizer's tables for the cache."""
+    return np.uint16 if size < 2**16 else np.int32 if size < 2**31 else np.int64
 
 
 @cache
@@ -148,12 +155,36 @@ class Run:
         tokens = np.frombuffer(enc._core_bpe.encode_to_tiktoken_buffer(text, _NO_SPECIALS), dtype=np.uint32)
         self.ntokens = len(tokens)
         self.data = text.encode("utf-8")  # a copy of the UTF-8 tiktoken left cached in the str
-        # The narrowest type that holds the run's length: most runs are under 64 KiB, and the
-        # chunker's memory traffic competes with the tokenizer's tables for the cache.
-        size = len(self.data)
-        dtype = np.uint16 if size < 2**16 else np.int32 if size < 2**31 else np.int64
         # A memoryview bisects and indexes like a list of ints, without one Python int per token.
-        self.token_ends: Sequence[int] = memoryview(_lengths_array().take(tokens).cumsum(dtype=dtype))
+        self.token_ends: Sequence[int] = memoryview(
+            _lengths_array().take(tokens).cumsum(dtype=_offset_dtype(len(self.data)))
+        )
+
+    @classmethod
+    def of_sections(cls, text: str, sections: Sequence[str]) -> Run:
+        """A run of ``sections`` joined by ``"\n"`` (``text``), every section encoded on its own.
+
+        Its token positions are those of one run per section: the joining newlines belong to no
+        token (the byte is counted into the end of the next section's first token, so
+        ``offset_of`` that token is the newline itself). A chunk inside one section therefore
+        gets the same cuts and counts as in a run of its own: hard boundaries depend only on the
+        bytes on either side, so one inside a section is one of the section alone too. Chunks
+        must not span two sections (their count would miss the newline's merges).
+        """
+        run = cls.__new__(cls)
+        run._enc = get_encoding()
+        core = run._enc._core_bpe
+        parts = [np.frombuffer(core.encode_to_tiktoken_buffer(s, _NO_SPECIALS), dtype=np.uint32) for s in sections]
+        tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        run.ntokens = len(tokens)
+        run.data = text.encode("utf-8")
+        lengths = _lengths_array().take(tokens).astype(_offset_dtype(len(run.data)))
+        # The first token of every section after the first also covers the newline before it
+        # (an empty section passes its newline on to the next one; trailing ones belong to none).
+        firsts = np.cumsum([len(p) for p in parts[:-1]], dtype=np.intp)
+        np.add.at(lengths, firsts[firsts < run.ntokens], 1)
+        run.token_ends = memoryview(lengths.cumsum(out=lengths))
+        return run
 
     def __len__(self) -> int:
         return len(self.data)

@@ -197,9 +197,11 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     )
     sink = ChunkSink(doc_id)
     run: list[int] = []
+    breaks: list[int] = []  # where in ``run`` a new top-level section starts
 
-    def flush_run(members: Sequence[int]) -> None:
-        """Chunk the run of prose blocks ``members`` (block indexes, in order)."""
+    def flush_run(members: Sequence[int], breaks: Sequence[int] = ()) -> None:
+        """Chunk the run of prose blocks ``members`` (block indexes, in order); ``breaks``: the
+        positions in ``members`` where a new top-level section starts."""
         if not members:
             return
         whole = len(members) == len(blocks)
@@ -217,6 +219,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             limit=opts.chunk_token_num,
             overlap=opts.overlap_tokens,
             delimiters=opts.delimiters,
+            breaks=breaks,
         )
 
     table: TableRows | None = None
@@ -245,8 +248,8 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     for i, block in blocks_iter:
         kind = block.kind
         if kind == TABLE:
-            flush_run(run)
-            run = []
+            flush_run(run, breaks)
+            run, breaks = [], []
             same = (
                 table is not None
                 and block.header
@@ -266,11 +269,10 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             continue  # nothing to say (and an empty unit would be a cut point going nowhere)
         if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
             continue
-        if split_sections and kind == HEADING and not paths[i]:
-            flush_run(run)  # a top-level heading opens a new section
-            run = []
+        if split_sections and kind == HEADING and not paths[i] and run:
+            breaks.append(len(run))  # a top-level heading opens a new section
         run.append(i)
-    flush_run(run)
+    flush_run(run, breaks)
     flush_table()
     return sink.chunks
 

@@ -146,3 +146,32 @@ def test_runs_past_64_kib_keep_exact_offsets_and_counts() -> None:
             while not run.is_char_start(end):
                 end -= 1
             assert run.count(start, end) == len(enc.encode_ordinary(data[start:end].decode())), (size, start, end)
+
+
+@SETTINGS
+@given(st.lists(st.one_of(tricky.filter(bool), block_text()), min_size=1, max_size=5), st.data())
+def test_a_run_of_sections_positions_and_counts_like_one_run_per_section(
+    sections: list[str], data: st.DataObject
+) -> None:
+    """``Run.of_sections`` gives every section the token positions of its own run (shifted by
+    where the section starts) and exact counts of any slice inside one section."""
+    joined = "\n".join(sections)
+    run = Run.of_sections(joined, sections)
+    assert run.data == joined.encode("utf-8")
+    enc = get_encoding()
+    base_bytes = base_tokens = 0
+    for section in sections:
+        alone = Run(section)
+        ends = [run.token_ends[base_tokens + k] for k in range(alone.ntokens)]
+        assert [e - base_bytes for e in ends] == list(alone.token_ends)
+        size = len(alone)
+        assert run.tokens_before(base_bytes + size) == base_tokens + alone.ntokens
+        if size:
+            start = data.draw(st.integers(0, size - 1))
+            end = data.draw(st.integers(start, size))
+            assume(alone.is_char_start(start) and alone.is_char_start(end))
+            piece = section.encode("utf-8")[start:end].decode("utf-8")
+            assert run.count(base_bytes + start, base_bytes + end) == len(enc.encode_ordinary(piece))
+        base_bytes += size + 1  # the joining newline
+        base_tokens += alone.ntokens
+    assert run.ntokens == base_tokens
