@@ -407,7 +407,7 @@ class Chunk:
             token_count=data["token_count"],
             content_hash=data["content_hash"],
             heading_path=list(data.get("heading_path") or []),
-            positions=[Position.from_dict(p) for p in raw] if (raw := data.get("positions")) else (),
+            positions=[Position.from_dict(p) for p in data.get("positions") or []],
             kind=data.get("kind", "text"),
             metadata=dict(data.get("metadata") or {}),
         )
