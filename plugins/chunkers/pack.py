@@ -144,27 +144,22 @@ class _Cutter:
         delimiter_bytes: tuple[bytes, ...],
         max_units: int,
         isolate_split: bool,
-        breaks: Sequence[int] = (),
     ) -> None:
         self.run = run
         self.block_ends = block_ends
-        self.breaks = breaks
         self.delimiters = delimiters
         self.delimiter_bytes = delimiter_bytes
         self.max_units = max_units
         self.isolate_split = isolate_split
 
-    def cut(self, pos: int, max_tokens: int, block: int) -> tuple[int, int]:
+    def cut(self, pos: int, max_tokens: int, block: int, section_end: int) -> tuple[int, int]:
         """Furthest cut after ``pos`` (in ``block``) whose token position stays within ``max_tokens``,
-        and the block the cut ends in (the cut is that block's end, or inside it)."""
+        and the block the cut ends in (the cut is that block's end, or inside it). The cut stays
+        before block ``section_end`` (the next section's first block, or the number of blocks)."""
         block_ends = self.block_ends
-        last = min(len(block_ends) - 1, block + self.max_units - 1)
+        last = min(section_end - 1, block + self.max_units - 1)
         if self.isolate_split and pos > _block_start(block_ends, block):
             last = block  # the rest of a split row is not glued to the next rows
-        if self.breaks:  # no chunk crosses into the next section
-            following = bisect_right(self.breaks, block)
-            if following < len(self.breaks):
-                last = min(last, self.breaks[following] - 1)
         # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
         # end of the run's token number ``max_tokens + 1``).
         j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
@@ -295,7 +290,6 @@ def pack_run(
         delimiter_bytes(delimiters),
         max_units,
         isolate_split,
-        breaks,
     )
     size = len(run)
     token_ends = run.token_ends
@@ -332,9 +326,9 @@ def pack_run(
         while True:
             start_tokens = bisect_right(token_ends, start)
             max_tokens = start_tokens + limit - prefix.tokens
-            cut, last_block = cut_at(pos, max_tokens, block)
+            cut, last_block = cut_at(pos, max_tokens, block, section_end)
             while (exact := count(start, cut, prefix.text, prefix.tokens, start_tokens)) > limit:
-                shrunk, shrunk_block = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block)
+                shrunk, shrunk_block = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block, section_end)
                 if shrunk >= cut:
                     break  # a single character over the limit: handled below
                 cut, last_block = shrunk, shrunk_block

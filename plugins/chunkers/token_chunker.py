@@ -197,7 +197,7 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     )
     sink = ChunkSink(doc_id)
     run: list[int] = []
-    breaks: list[int] = []  # where in ``run`` a new top-level section starts
+    run_breaks: list[int] = []  # where in ``run`` a new top-level section starts
 
     def flush_run(members: Sequence[int], breaks: Sequence[int] = ()) -> None:
         """Chunk the run of prose blocks ``members`` (block indexes, in order); ``breaks``: the
@@ -248,8 +248,8 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
     for i, block in blocks_iter:
         kind = block.kind
         if kind == TABLE:
-            flush_run(run, breaks)
-            run, breaks = [], []
+            flush_run(run, run_breaks)
+            run, run_breaks = [], []
             same = (
                 table is not None
                 and block.header
@@ -270,9 +270,9 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
         if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
             continue
         if split_sections and kind == HEADING and not paths[i] and run:
-            breaks.append(len(run))  # a top-level heading opens a new section
+            run_breaks.append(len(run))  # a top-level heading opens a new section
         run.append(i)
-    flush_run(run, breaks)
+    flush_run(run, run_breaks)
     flush_table()
     return sink.chunks
 
