@@ -25,9 +25,8 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import add
 from typing import Any
-
-import numpy as np
 
 from include.contract import Chunk, Position, chunk_id, text_hash, utf8_hash
 from plugins.chunkers.options import delimiter_bytes, delimiter_pattern
@@ -116,21 +115,19 @@ def _block_start(block_ends: Sequence[int], block: int) -> int:
     return block_ends[block - 1] + 1 if block else 0
 
 
-def _block_ends(texts: Sequence[str], ascii_only: bool) -> Sequence[int]:
+def _block_ends(texts: Sequence[str], ascii_only: bool) -> list[int]:
     """Byte offset where every block of the run ends (its joining ``"\\n"``, or the run's end).
 
     A block starts one byte after the previous block's end. Only the blocks with non-ASCII text
-    are encoded again, for their UTF-8 length, each into a short-lived buffer. (Mapping
-    character offsets through the run's bytes with numpy was faster alone but made per-byte
-    temporaries that pushed the tokenizer's tables out of the cache: the chunker was 4-7% slower
-    end to end on the benchmark corpus.)
+    are encoded again, for their UTF-8 length, each into a short-lived buffer. A list of ints,
+    not a numpy array: most runs have tens of blocks, where numpy's per-call cost is most of the
+    work, and ``bisect`` reads a list without making an int per probe. (Mapping character
+    offsets through the run's bytes with numpy was faster alone but made per-byte temporaries
+    that pushed the tokenizer's tables out of the cache: the chunker was 4-7% slower end to end
+    on the benchmark corpus.)
     """
-    if ascii_only:
-        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    else:
-        sizes = np.array([len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts], dtype=np.int64)
-    ends = (sizes + 1).cumsum() - 1
-    return memoryview(ends)
+    sizes = map(len, texts) if ascii_only else [len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts]
+    return list(map(add, itertools.accumulate(sizes), itertools.count()))  # block j ends after j joining newlines
 
 
 class _Cutter:
