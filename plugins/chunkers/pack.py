@@ -296,7 +296,7 @@ def pack_run(
     prev_start = prev_end = -1  # the previous chunk's run bytes (none yet)
     section, section_end = 0, len(texts)  # the current section: its number, the block after it
     data = run.data
-    add = sink.add
+    chunks, doc_id = sink.chunks, sink.doc_id
     while pos < size:
         first_block = block
         if breaks:
@@ -342,14 +342,22 @@ def pack_run(
             if start == pos and not prefix.text and not folded:
                 # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
                 body = memoryview(data)[start:cut]  # no copy: decoded and hashed in place
-                add(
-                    str(body, "utf-8"),
-                    exact,
-                    utf8_hash(body),
-                    list(prefix.heading_path) if prefix.heading_path else [],
-                    _positions(unit_positions, first_block, last_block),
-                    kind,
-                    {},
+                seq = len(chunks)
+                # Built here rather than through ChunkSink.add: this is the one chunk most documents
+                # make, and a call less per chunk is measurable (positional: Chunk's field order).
+                chunks.append(
+                    Chunk(
+                        chunk_id(doc_id, seq),
+                        doc_id,
+                        seq,
+                        str(body, "utf-8"),
+                        exact,
+                        utf8_hash(body),
+                        list(prefix.heading_path) if prefix.heading_path else [],
+                        _positions(unit_positions, first_block, last_block) if unit_positions else [],
+                        kind,
+                        {},
+                    )
                 )
             else:
                 if start < pos and unit_positions:  # the overlap may reach back into earlier blocks

@@ -145,10 +145,19 @@ class _Headings:
 
 
 def _plain_prefix(blocks: list[Block], paths: Sequence[tuple[str, ...]]) -> Any:
+    if isinstance(paths, _ParserPaths):
+        # No heading blocks: a chunk's path is its first block's own (read once per chunk).
+        def parser_prefix_at(unit: int, _at_start: bool) -> Prefix:
+            path = blocks[unit].heading_path
+            return Prefix(heading_path=list(map(_clean, path))) if path else NO_PREFIX
+
+        return parser_prefix_at
+    HEADING = BlockKind.HEADING
+
     def prefix_at(unit: int, _at_start: bool) -> Prefix:
         block = blocks[unit]
         path = paths[unit]
-        if block.kind == BlockKind.HEADING:
+        if block.kind == HEADING:
             path = (*path, _clean(block.text))
         elif not path:
             return NO_PREFIX  # shared: pack_run and the drafts never change a prefix
@@ -206,7 +215,13 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             return
         whole = len(members) == len(blocks)
         run_blocks = blocks if whole else list(map(blocks.__getitem__, members))
-        run_paths = paths if whole else list(map(paths.__getitem__, members))
+        run_paths: Sequence[tuple[str, ...]]
+        if whole:
+            run_paths = paths
+        elif isinstance(paths, _ParserPaths):
+            run_paths = _ParserPaths(run_blocks)  # still read per chunk, not per block
+        else:
+            run_paths = list(map(paths.__getitem__, members))
         prefix_at = _Headings(run_blocks, run_paths, opts) if opts.headings else _plain_prefix(run_blocks, run_paths)
         run_positions: Any = ()
         if has_positions:
