@@ -33,12 +33,14 @@ def register_chunker(name: str, version: str) -> Callable[[ChunkerFn], ChunkerFn
 
 
 def get_chunker(name: str) -> ChunkerSpec:
-    import plugins.chunkers  # noqa: F401  (registers the built-ins)
+    spec = _CHUNKERS.get(name)
+    if spec is None:
+        import plugins.chunkers  # noqa: F401  (registers the built-ins; not on every call)
 
-    try:
-        return _CHUNKERS[name]
-    except KeyError:
-        raise KeyError(f"unknown chunker {name!r}; known: {sorted(_CHUNKERS)}") from None
+        spec = _CHUNKERS.get(name)
+        if spec is None:
+            raise KeyError(f"unknown chunker {name!r}; known: {sorted(_CHUNKERS)}")
+    return spec
 
 
 def chunk_document(

@@ -315,7 +315,9 @@ class Run:
                 total = tk - hk
                 total += self.encode_len(prefix + self.decode(start, hoff)) if start < hoff else prefix_tokens
                 if toff < end:
-                    total += self.encode_len(self.decode(toff, end))
+                    # One ASCII byte is one token (every byte is in the vocabulary): the usual
+                    # tail, the "." of "word.", needs no encoding.
+                    total += 1 if toff + 1 == end and data[toff] < 0x80 else self.encode_len(self.decode(toff, end))
                 return total
         return self.encode_len(prefix + self.decode(start, end))
 
