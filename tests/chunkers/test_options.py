@@ -74,3 +74,11 @@ def test_lineage_stamp() -> None:
     (chunk,) = chunk_document(ParsedDocument([Block(BlockKind.PARAGRAPH, "hi")]), "d", "token", opts)
     assert chunk.metadata["chunker"] == "token"
     assert chunk.metadata["chunker_options_hash"] == options_hash(opts)
+
+
+def test_unknown_chunker_names_the_known_ones() -> None:
+    from plugins.chunkers.registry import get_chunker
+
+    assert get_chunker("heading").name == "heading"
+    with pytest.raises(KeyError, match=r"unknown chunker 'tokens'; known: \['heading', 'token'"):
+        chunk_document(ParsedDocument([Block(BlockKind.PARAGRAPH, "hi")]), "d", "tokens")
