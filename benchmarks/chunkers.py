@@ -11,8 +11,9 @@ count of the corpus for every row, so rows compare by time), best of 21 interlea
 order rotates every round, and every row gets new input objects each time, as a pipeline's
 chunker does: see ``_refresh``). Verdicts use per-round paired ratios instead: every row's time
 against raw's and ours' in the same round, their median and a distribution-free 97% interval
-(``_median_ci``); a row is ahead or behind only when the whole interval says so. Then,
-outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
+(``_median_ci``); a row is ahead or behind only when the whole interval says so. The process
+runs on one CPU while it measures (``_one_cpu``): moves between cores made the intervals ~3x
+wider. Then, outside the timing, every chunk is encoded again to check the limit, and U+FFFD characters
 (text destroyed by cutting inside a character) are counted.
 
 * ``encode_ordinary (physical limit)``: one tiktoken pass per document, nothing else (the
@@ -34,7 +35,8 @@ import glob
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +157,35 @@ def _refresh(docs: list[list[str]], texts: list[str], parsed: list[ParsedDocumen
         parsed[i] = ParsedDocument([Block(BlockKind.PARAGRAPH, p) for p in docs[i]])
 
 
+@contextmanager
+def _one_cpu() -> Iterator[str]:
+    """Run the timed rows on one CPU (the last the process may use), then restore the affinity.
+
+    Unpinned, the scheduler moves the process between this host's two cores, every move starts
+    it on cold caches, and the paired ratios spread ~3x wider (ours/langchain: 97% intervals
+    ~15% wide unpinned, ~3% pinned, in runs of the same code). Every row is pinned alike.
+    """
+    try:
+        before = os.sched_getaffinity(0)
+    except AttributeError:  # not on Linux
+        yield "not pinned (no sched_setaffinity here)"
+        return
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield f"pinned to CPU {cpu} of {len(before)}"
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def run(quick: bool) -> dict[str, Any]:
+    with _one_cpu() as pinning:
+        result = _run(quick)
+    result["summary"] += f" Process {pinning}."
+    return result
+
+
+def _run(quick: bool) -> dict[str, Any]:
     enc = get_encoding()
     docs = corpus(quick)
     texts = ["\n\n".join(d) for d in docs]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import pytest
 
-from benchmarks.chunkers import _median_ci
+from benchmarks.chunkers import _median_ci, _one_cpu
 
 
 @pytest.mark.parametrize(("n", "rank"), [(21, 6), (11, 2), (7, 1), (3, 1)])
@@ -26,3 +27,12 @@ def test_one_slow_round_moves_the_interval_by_a_rank_not_by_its_size() -> None:
     steady = [0.95 + 0.001 * i for i in range(21)]
     with_outlier = [*steady[:-1], 5.0]
     assert _median_ci(with_outlier) == _median_ci(steady)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_measuring_on_one_cpu_restores_the_affinity() -> None:
+    before = os.sched_getaffinity(0)
+    with _one_cpu() as pinning:
+        assert os.sched_getaffinity(0) == {max(before)}
+        assert pinning == f"pinned to CPU {max(before)} of {len(before)}"
+    assert os.sched_getaffinity(0) == before
