@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -64,9 +64,9 @@ def text_hash(text: str) -> str:
     return utf8_hash(text.encode("utf-8"))
 
 
-def utf8_hash(data: bytes | memoryview) -> str:
-    """:func:`text_hash` of the text whose UTF-8 encoding is ``data`` (no decode needed)."""
-    return xxh3_128_hexdigest(data)
+# :func:`text_hash` of the text whose UTF-8 encoding is the argument (bytes or a memoryview; no
+# decode needed). The C function itself, not a wrapper: chunkers call it for every chunk.
+utf8_hash: Callable[[bytes | memoryview], str] = xxh3_128_hexdigest
 
 
 def options_hash(options: dict[str, Any]) -> str:

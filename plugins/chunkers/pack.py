@@ -164,7 +164,9 @@ class _Cutter:
             last = block  # the rest of a split row is not glued to the next rows
         # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
         # end of the run's token number ``max_tokens + 1``).
-        j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
+        run = self.run
+        bound = run.token_ends[max_tokens] if 0 <= max_tokens < run.ntokens else run.end_bound(max_tokens)
+        j = bisect_left(block_ends, bound, block, last + 1) - 1
         if j >= block and block_ends[j] > pos:
             return block_ends[j], j
         # 2. The block does not fit: delimiter ends, then token ends within it.
