@@ -116,7 +116,14 @@ def test_block_ends_are_the_utf8_offsets_of_the_joins(texts: list[str]) -> None:
         offset += len(t.encode("utf-8"))
         expected.append(offset)
         offset += 1  # the joining "\n"
-    assert list(_block_ends(texts, joined.isascii())) == expected
+    byte_ends, char_ends = _block_ends(texts, joined.isascii())
+    assert byte_ends == expected
+    # Character ends slice the joined text into the blocks, as byte ends slice its UTF-8.
+    starts = [0, *(e + 1 for e in char_ends[:-1])]
+    assert [joined[a:b] for a, b in zip(starts, char_ends, strict=True)] == texts
+    data = joined.encode("utf-8")
+    byte_starts = [0, *(e + 1 for e in byte_ends[:-1])]
+    assert [data[a:b].decode("utf-8") for a, b in zip(byte_starts, byte_ends, strict=True)] == texts
 
 
 @SETTINGS
