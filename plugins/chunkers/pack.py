@@ -25,7 +25,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import add, not_
+from operator import add
 from typing import Any
 
 from include.contract import Chunk, Position, chunk_id, text_hash, utf8_hash
@@ -115,27 +115,25 @@ def _block_start(block_ends: Sequence[int], block: int) -> int:
     return block_ends[block - 1] + 1 if block else 0
 
 
-def _block_ends(texts: Sequence[str], ascii_only: bool) -> tuple[list[int], list[int]]:
-    """Where every block of the run ends (its joining ``"\\n"``, or the run's end): as byte
-    offsets into the run's UTF-8, and as character offsets into the joined text.
+def _block_ends(texts: Sequence[str], ascii_only: bool) -> tuple[list[int], list[int] | None]:
+    """Byte offset where every block of the run ends (its joining ``"\\n"``, or the run's end),
+    and for a run that is not ASCII, how many characters the blocks up to each one hold (joining
+    newlines not counted: block ``j`` ends at character ``chars[j] + j`` of the joined text);
+    None for an ASCII run, whose characters are its bytes.
 
-    A block starts one byte (character) after the previous block's end. Only the blocks with
-    non-ASCII text are encoded again, for their UTF-8 length, each into a short-lived buffer.
-    Lists of ints, not numpy arrays: most runs have tens of blocks, where numpy's per-call cost
-    is most of the work, and ``bisect`` reads a list without making an int per probe. (Mapping
-    character offsets through the run's bytes with numpy was faster alone but made per-byte
-    temporaries that pushed the tokenizer's tables out of the cache: the chunker was 4-7% slower
-    end to end on the benchmark corpus.)
+    A block starts one byte after the previous block's end. Only the blocks with non-ASCII text
+    are encoded again, for their UTF-8 length, each into a short-lived buffer. Lists of ints,
+    not numpy arrays: most runs have tens of blocks, where numpy's per-call cost is most of the
+    work, and ``bisect`` reads a list without making an int per probe. (Mapping character
+    offsets through the run's bytes with numpy was faster alone but made per-byte temporaries
+    that pushed the tokenizer's tables out of the cache: the chunker was 4-7% slower end to end
+    on the benchmark corpus.)
     """
-    sizes = list(map(len, texts))  # characters: bytes where the text is ASCII
-    char_ends = list(map(add, itertools.accumulate(sizes), itertools.count()))  # j joining newlines
     if ascii_only:
-        return char_ends, char_ends
-    # C-level passes pick the non-ASCII blocks (a few in most documents); only they are looked
-    # at from Python.
-    for i in itertools.compress(itertools.count(), map(not_, map(str.isascii, texts))):
-        sizes[i] = len(texts[i].encode("utf-8"))
-    return list(map(add, itertools.accumulate(sizes), itertools.count())), char_ends
+        return list(map(add, itertools.accumulate(map(len, texts)), itertools.count())), None
+    chars = list(itertools.accumulate(map(len, texts)))
+    sizes = [len(t) + 1 if t.isascii() else len(t.encode("utf-8")) + 1 for t in texts]  # with the newline
+    return list(itertools.islice(itertools.accumulate(sizes, initial=-1), 1, None)), chars
 
 
 class _Cutter:
@@ -283,7 +281,7 @@ def pack_run(
     joined = "\n".join(texts)
     # Block ends first, while the join has the texts in the cache: the tokenizer's tables
     # would push them out (measured: 1-2% of the chunker's time).
-    block_ends, char_ends = _block_ends(texts, joined.isascii())
+    block_ends, chars = _block_ends(texts, joined.isascii())
     if breaks:
         bounds = [0, *breaks, len(texts)]
         run = Run.of_sections(joined, ["\n".join(texts[a:b]) for a, b in itertools.pairwise(bounds)])
@@ -352,9 +350,12 @@ def pack_run(
                 # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
                 body = memoryview(data)[start:cut]  # no copy: hashed in place
                 seq = len(chunks)
-                if at_block_start and cut == block_ends[last_block]:
-                    # Whole blocks: a slice of the joined text (3-6x faster than decoding the bytes).
-                    text = joined[_block_start(char_ends, block) : char_ends[last_block]]
+                # A slice of the joined text where its offsets are known (3-6x faster than decoding):
+                # any chunk of an ASCII run, whole blocks of another.
+                if chars is None:
+                    text = joined[start:cut]
+                elif at_block_start and cut == block_ends[last_block]:
+                    text = joined[chars[block - 1] + block if block else 0 : chars[last_block] + last_block]
                 else:
                     text = str(body, "utf-8")
                 # Built here rather than through ChunkSink.add: this is the one chunk most documents

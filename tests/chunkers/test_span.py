@@ -116,9 +116,11 @@ def test_block_ends_are_the_utf8_offsets_of_the_joins(texts: list[str]) -> None:
         offset += len(t.encode("utf-8"))
         expected.append(offset)
         offset += 1  # the joining "\n"
-    byte_ends, char_ends = _block_ends(texts, joined.isascii())
+    byte_ends, chars = _block_ends(texts, joined.isascii())
     assert byte_ends == expected
+    assert (chars is None) == joined.isascii()
     # Character ends slice the joined text into the blocks, as byte ends slice its UTF-8.
+    char_ends = byte_ends if chars is None else [c + j for j, c in enumerate(chars)]
     starts = [0, *(e + 1 for e in char_ends[:-1])]
     assert [joined[a:b] for a, b in zip(starts, char_ends, strict=True)] == texts
     data = joined.encode("utf-8")
