@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from benchmarks.chunkers import _median_ci, _one_cpu
+from benchmarks.chunkers import _goal, _median_ci, _one_cpu
 
 
 @pytest.mark.parametrize(("n", "rank"), [(21, 6), (11, 2), (7, 1), (3, 1)])
@@ -36,3 +36,14 @@ def test_measuring_on_one_cpu_restores_the_affinity() -> None:
         assert os.sched_getaffinity(0) == {max(before)}
         assert pinning == f"pinned to CPU {max(before)} of {len(before)}"
     assert os.sched_getaffinity(0) == before
+
+
+def test_goal_needs_every_peer_ahead_the_raw_interval_and_the_limit() -> None:
+    ahead = {"langchain": "ahead of", "chonkie": "ahead of"}
+    assert _goal(0.81, ahead, 0, []) == "MET"
+    assert _goal(0.79, ahead, 0, []) == "NOT met"
+    assert _goal(0.81, {**ahead, "langchain": "level with"}, 0, []) == "NOT met"
+    assert _goal(0.81, ahead, 1, []) == "NOT met"
+    assert _goal(0.81, {"chonkie": "ahead of"}, 0, ["langchain TokenTextSplitter"]) == (
+        "not judged (missing peers: langchain TokenTextSplitter)"
+    )
