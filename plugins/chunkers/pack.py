@@ -165,9 +165,7 @@ class _Cutter:
             last = block  # the rest of a split row is not glued to the next rows
         # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
         # end of the run's token number ``max_tokens + 1``).
-        run = self.run
-        bound = run.token_ends[max_tokens] if 0 <= max_tokens < run.ntokens else run.end_bound(max_tokens)
-        j = bisect_left(block_ends, bound, block, last + 1) - 1
+        j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
         if j >= block and block_ends[j] > pos:
             return block_ends[j], j
         # 2. The block does not fit: delimiter ends, then token ends within it.
@@ -303,7 +301,6 @@ def pack_run(
     prev_start = prev_end = -1  # the previous chunk's run bytes (none yet)
     section, section_end = 0, len(texts)  # the current section: its number, the block after it
     data = run.data
-    chunks, doc_id = sink.chunks, sink.doc_id
     while pos < size:
         first_block = block
         if breaks:
@@ -349,7 +346,6 @@ def pack_run(
             if start == pos and not prefix.text and not folded:
                 # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
                 body = memoryview(data)[start:cut]  # no copy: hashed in place
-                seq = len(chunks)
                 # A slice of the joined text where its offsets are known (3-6x faster than decoding):
                 # any chunk of an ASCII run, whole blocks of another.
                 if chars is None:
@@ -358,21 +354,14 @@ def pack_run(
                     text = joined[chars[block - 1] + block if block else 0 : chars[last_block] + last_block]
                 else:
                     text = str(body, "utf-8")
-                # Built here rather than through ChunkSink.add: this is the one chunk most documents
-                # make, and a call less per chunk is measurable (positional: Chunk's field order).
-                chunks.append(
-                    Chunk(
-                        chunk_id(doc_id, seq),
-                        doc_id,
-                        seq,
-                        text,
-                        exact,
-                        utf8_hash(body),
-                        list(prefix.heading_path) if prefix.heading_path else [],
-                        _positions(unit_positions, first_block, last_block) if unit_positions else [],
-                        kind,
-                        {},
-                    )
+                sink.add(
+                    text,
+                    exact,
+                    utf8_hash(body),
+                    list(prefix.heading_path) if prefix.heading_path else [],
+                    _positions(unit_positions, first_block, last_block) if unit_positions else [],
+                    kind,
+                    {},
                 )
             else:
                 if start < pos and unit_positions:  # the overlap may reach back into earlier blocks

@@ -307,10 +307,7 @@ class Run:
             head = self._first_hard(start, end, bool(prefix))
         if head is not None:
             hoff, hk = head
-            if end < len(data) and data[end] == 0x0A and end - 2 >= hoff and data[end - 1] in _ASCII_LETTER:
-                tail: tuple[int, int] | None = (end, bisect_right(self.token_ends, end))  # _last_hard's first case
-            else:
-                tail = self._last_hard(end, hoff)
+            tail = self._last_hard(end, hoff)
             if tail is not None:
                 toff, tk = tail
                 # enc(prefix + run[start:end]) splits at both hard boundaries, and between them

@@ -145,13 +145,6 @@ class _Headings:
 
 
 def _plain_prefix(blocks: list[Block], paths: Sequence[tuple[str, ...]]) -> Any:
-    if isinstance(paths, _ParserPaths):
-        # No heading blocks: a chunk's path is its first block's own (read once per chunk).
-        def parser_prefix_at(unit: int, _at_start: bool) -> Prefix:
-            path = blocks[unit].heading_path
-            return Prefix(heading_path=list(map(_clean, path))) if path else NO_PREFIX
-
-        return parser_prefix_at
     HEADING = BlockKind.HEADING
 
     def prefix_at(unit: int, _at_start: bool) -> Prefix:
