@@ -65,6 +65,10 @@ class NginxServer:
         entries = []
         for line in self.log_path.read_text().splitlines():
             msec, request_time, status, sent, method, path, inm, agent = line.split("\t")
+            if path == _PING:
+                # The readiness probe: nginx logs a request after answering it, so the probe's line
+                # can land after clear_log() truncated the file.
+                continue
             entries.append(
                 AccessEntry(
                     start=float(msec) - float(request_time),
@@ -82,6 +86,9 @@ class NginxServer:
         # nginx keeps the file open in append mode: truncating in place is safe.
         with open(self.log_path, "w"):
             pass
+
+
+_PING = "/__ping__"  # the path serve_nginx probes until nginx answers
 
 
 @contextmanager
@@ -133,7 +140,7 @@ http {{
             if proc.poll() is not None:
                 raise RuntimeError(f"nginx exited: {proc.stderr.read().decode() if proc.stderr else ''}")
             try:
-                httpx.get(base + "/__ping__", timeout=1)
+                httpx.get(base + _PING, timeout=1)
                 break
             except httpx.TransportError:
                 if time.monotonic() > deadline:
