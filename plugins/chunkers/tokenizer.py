@@ -41,8 +41,9 @@ STOCK_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+
 # The same pre-tokenizer, written so that tiktoken's regex engine runs 1.6-1.7x faster; the pieces,
 # and so the tokens, are the same for every text. fancy_regex executes a pattern with a
 # look-around or a possessive quantifier in its backtracking VM, handing only the plain parts to
-# the regex crate's DFA; in the stock pattern every alternative but two is possessive, so nearly
-# every piece went through the VM. Here the first six alternatives are one plain group (one DFA
+# the regex crate's DFA; in the stock pattern the letter, number, punctuation and trailing-space
+# alternatives are possessive (four of eight, one more has the look-ahead), so nearly every piece
+# went through the VM. Here the first six alternatives are one plain group (one DFA
 # search per piece) and only the look-ahead alternative needs the VM. Why the pieces cannot
 # change: the group keeps the alternatives' order, and the regex crate's leftmost-first search
 # prefers what a backtracker would; each possessive quantifier dropped is followed by nothing
