@@ -59,8 +59,11 @@ ROUNDS = 21
 # enough to pair rows within a couple of seconds; more, shorter batches measured every row
 # with caches cooled by the row before it (the chunkers lost 5-10% against the raw passes).
 BATCHES = 3
+_RAW = "encode_ordinary (physical limit)"
 _NUMPY_RAW = "encode_to_numpy (no Python ints)"
 _STOCK_RAW = "encode_ordinary, tiktoken's stock pattern"
+# Rows that only encode: no chunks to check, and not peers.
+_TOKENIZER_PASSES = (_RAW, _NUMPY_RAW, _STOCK_RAW)
 SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", "/work/shared/seeds"))
 PYDOCS = Path(os.environ.get("TRIBUTARY_PYDOCS", "/usr/share/doc/python3.11/html"))
 _BLOCK_TAGS = ("p", "pre", "li", "dt", "dd", "h1", "h2", "h3", "h4", "td", "th", "blockquote")
@@ -214,7 +217,7 @@ def _run(quick: bool) -> dict[str, Any]:
         return [c.text for c in chunk_document(parsed[i], f"doc{i}", "token", {"chunk_token_num": LIMIT})]
 
     impls: dict[str, Callable[[int], Any]] = {
-        "encode_ordinary (physical limit)": lambda i: enc.encode_ordinary(texts[i]),
+        _RAW: lambda i: enc.encode_ordinary(texts[i]),
         # The same BPE returning a numpy buffer instead of a list of Python ints; ours encodes
         # this way, so it is the stricter bound for ours and is reported next to the other.
         _NUMPY_RAW: lambda i: enc.encode_to_numpy(texts[i], disallowed_special=()),
@@ -251,11 +254,10 @@ def _run(quick: bool) -> dict[str, Any]:
         for name in names:
             times[name].append(spent[name])
     best = {name: min(t) for name, t in times.items()}
-    raw_name = "encode_ordinary (physical limit)"
-    raw = best[raw_name]
+    raw = best[_RAW]
     # Per round, every row's time against raw's and ours', both measured in the same round batch
     # by batch: pairing cancels the host's drift, which best-of rows alone do not.
-    vs_raw = {name: _median_ci([r / t for r, t in zip(times[raw_name], times[name], strict=True)]) for name in impls}
+    vs_raw = {name: _median_ci([r / t for r, t in zip(times[_RAW], times[name], strict=True)]) for name in impls}
     ours_over = {
         name: _median_ci([o / t for o, t in zip(times["tributary token"], times[name], strict=True)]) for name in impls
     }
@@ -270,7 +272,7 @@ def _run(quick: bool) -> dict[str, Any]:
             "x raw, paired median [97% CI]": f"{med:.3f} [{lo:.3f}-{hi:.3f}]",
             "ours / this time, paired median [97% CI]": "",
         }
-        if name not in (raw_name, _NUMPY_RAW, _STOCK_RAW):
+        if name not in _TOKENIZER_PASSES:
             chunks = [c for doc in outputs[name] for c in doc]
             counts = [len(enc.encode_ordinary(c)) for c in chunks]
             if name != "tributary token":
@@ -288,7 +290,7 @@ def _run(quick: bool) -> dict[str, Any]:
     for name, note in notes.items():
         rows.append({"implementation": name, "seconds": note})
     ours_row = next(r for r in rows if r["implementation"] == "tributary token")
-    timed_peers = [name for name in impls if name not in ("tributary token", raw_name, _NUMPY_RAW, _STOCK_RAW)]
+    timed_peers = [name for name in impls if name != "tributary token" and name not in _TOKENIZER_PASSES]
     # A verdict needs the whole interval on one side: within it, the rows are level, not apart.
     standing = {
         name: "ahead of" if ours_over[name][2] < 1 else "behind" if ours_over[name][1] > 1 else "level with"
