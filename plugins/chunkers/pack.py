@@ -359,7 +359,7 @@ def pack_run(
                     exact,
                     utf8_hash(body),
                     list(prefix.heading_path) if prefix.heading_path else [],
-                    _positions(unit_positions, first_block, last_block) if unit_positions else [],
+                    _positions(unit_positions, first_block, last_block),
                     kind,
                     {},
                 )
