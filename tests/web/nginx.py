@@ -55,6 +55,9 @@ class AccessEntry:
     user_agent: str
 
 
+_PING = "/__ping__"  # the path serve_nginx probes until nginx answers
+
+
 @dataclass(slots=True)
 class NginxServer:
     base: str
@@ -86,9 +89,6 @@ class NginxServer:
         # nginx keeps the file open in append mode: truncating in place is safe.
         with open(self.log_path, "w"):
             pass
-
-
-_PING = "/__ping__"  # the path serve_nginx probes until nginx answers
 
 
 @contextmanager
