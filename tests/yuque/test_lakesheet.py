@@ -18,12 +18,16 @@ from plugins.connectors.yuque.lakesheet import (
     find_wrapper,
     inflate_bounded,
     lakesheet_to_xlsx,
+    column_width,
     sanitize_sheet_names,
 )
 from tests.simulators.yuque import body_sheet_of, encode_lakesheet
 from tests.yuque.sheet_models import GOLDEN, GOLDEN_FORMULAS, GOLDEN_TITLES, GOLDEN_VALUES, sheet_models
 
-SAMPLE = Path("/work/shared/reference/samples/yuque-lakesheet-doc.json")
+# read relative to the repo root, like every shared reference (skipped when absent)
+SAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "samples"
+SAMPLE = SAMPLES / "yuque-lakesheet-doc.json"
+STYLED = SAMPLES / "yuque-lakesheet-styled-model.json"
 
 
 def _load(data: bytes, *, values: bool = True) -> openpyxl.Workbook:
@@ -75,7 +79,8 @@ def test_golden_styles_merges_and_sizes():
     assert not ws["A2"].font.b and ws["A2"].fill.fill_type is None
     assert [str(r) for r in ws.merged_cells.ranges] == ["A6:D6"]
     assert [str(r) for r in wb["总览"].merged_cells.ranges] == ["B7:C9"]
-    assert ws.column_dimensions["A"].width == 20.0 and ws.column_dimensions["D"].width == 14.0
+    # Excel widths: (px - 5 px padding) / 7 px per digit, not px / 7 (which is ~5 px too wide)
+    assert ws.column_dimensions["A"].width == 19.29 and ws.column_dimensions["D"].width == 13.29
     assert ws.row_dimensions[1].height == 30.0 and ws.row_dimensions[6].height == 24.0
     assert wb["总览"]["B3"].hyperlink.target == "https://www.yuque.com"
 
@@ -107,7 +112,7 @@ def test_generated_models_rebuild_cell_by_cell(model):
                 assert cell.alignment.horizontal == {0: "left", 1: "center", 2: "right"}[h]
                 assert cell.fill.fgColor.rgb[2:].lower() == _hex(color)
         for col, px in want["widths"].items():
-            assert ws.column_dimensions[openpyxl.utils.get_column_letter(col + 1)].width == round(px / 7, 2)
+            assert ws.column_dimensions[openpyxl.utils.get_column_letter(col + 1)].width == column_width(px)
         for row, px in want["heights"].items():
             assert ws.row_dimensions[row + 1].height == round(px * 0.75, 2)
 
@@ -119,13 +124,22 @@ def _hex(color: str) -> str:
 
 
 def test_real_public_sample_decodes():
+    if not SAMPLE.exists():
+        pytest.skip(f"shared sample {SAMPLE.name} absent (../shared/reference/samples)")
     doc = json.loads(SAMPLE.read_text(encoding="utf-8"))
     wb = _load(lakesheet_to_xlsx(doc["data"]["content"]))
     assert wb.sheetnames == ["Sheet1", "Sheet2", "Sheet3"]
     assert _cells(wb["Sheet1"]) == {"A1": 1, "D2": "GSSSAPPAP", "B4": 12, "D5": 123, "G13": 234, "I14": 32423}
     second = _cells(wb["Sheet2"])
-    assert second["A1"] == "s" and second["D1"] == "TRUE" and second["E1"] == "1"
+    # a checkbox is a boolean cell, not the text "TRUE"
+    assert second["A1"] == "s" and second["D1"] is True and second["E1"] == "1"
     assert second["D2"] == "baidu" and second["E2"] == "13, 21321" and second["D3"] == "2x-00037-3212833155.png"
+    # image cells keep their name as text and their src as the hyperlink
+    ws = wb["Sheet2"]
+    for coord in ("D3", "D4"):
+        assert ws[coord].value == "2x-00037-3212833155.png"
+        assert ws[coord].hyperlink.target.startswith("https://cdn.nlark.com/yuque/0/2024/png/222293/1708363936708-")
+    assert wb["Sheet2"]["D2"].hyperlink.target == "https://www.baidu.com"
     assert _cells(wb["Sheet3"]) == {}
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_SHEET_BYTES",
     "XLSX_MEDIA_TYPE",
     "LakesheetError",
+    "column_width",
     "decode_sheets",
     "find_wrapper",
     "inflate_bounded",
@@ -59,8 +61,15 @@ _INFLATE_STEP = 1024 * 1024
 _BAD_NAME_CHARS = re.compile(r"[\[\]:*?/\\]")
 _STYLE_TOKEN = re.compile(r"([a-z])(\d+)")
 _INT_RE = re.compile(r"-?(?:0|[1-9]\d{0,14})")
-_FLOAT_RE = re.compile(r"-?(?:0|[1-9]\d{0,14})\.\d{1,15}")
+_FLOAT_RE = re.compile(r"-?(?:0|[1-9]\d*)\.\d+")
+# an IEEE double holds 15 significant decimal digits exactly; more and the digits change
+_MAX_DIGITS = 15
+# Excel's column width is in characters of the default font's maximum digit width (7 px for
+# Calibri 11) plus 5 px of cell padding: width = trunc((px - 5) / 7 * 100 + 0.5) / 100
+# (ECMA-376 Part 1, 18.3.1.13 "col", the pixels-to-width formula)
+_DIGIT_PX, _PADDING_PX = 7.0, 5.0
 _H_ALIGN = {0: "left", 1: "center", 2: "right"}
+_FILE_CLASSES = ("image", "file")
 
 
 class LakesheetError(ValueError):
@@ -169,16 +178,24 @@ def _typed(text: str) -> Any:
     lossless (no leading zeros, at most 15 significant digits)."""
     if _INT_RE.fullmatch(text):
         return int(text)
-    if _FLOAT_RE.fullmatch(text):
+    if _FLOAT_RE.fullmatch(text) and _significant_digits(text) <= _MAX_DIGITS:
         return float(text)
     return _clean(text)
+
+
+def _significant_digits(decimal: str) -> int:
+    """Digits of ``-123.4500`` that a double must hold: all but the leading zeros."""
+    return len(decimal.lstrip("-").replace(".", "").lstrip("0"))
+
+
+def column_width(px: float) -> float:
+    """Pixels (what Yuque stores) -> Excel's character-based column width."""
+    return max(0.0, math.trunc((px - _PADDING_PX) / _DIGIT_PX * 100 + 0.5) / 100)
 
 
 def _object_text(value: dict[str, Any]) -> str:
     """checkbox / select / link / image / file / unknown object -> the text a reader sees."""
     cls = value.get("class")
-    if cls == "checkbox":
-        return "TRUE" if value.get("value") else "FALSE"
     if cls == "select":
         labels = {}
         for opt in value.get("options") or []:
@@ -246,7 +263,12 @@ def _cell_value(v: Any, rename: Callable[[str], str] = lambda f: f) -> tuple[Any
                 return cached, None, None, None
             formula = "=" + rename(formula.lstrip("="))
             return formula, formula, cached, None
-        link = v.get("url") if v.get("class") == "link" else None
+        if v.get("class") == "checkbox":
+            # a real boolean cell, as Excel's own checkbox cells (and the public converters) hold
+            return bool(v.get("value")), None, None, None
+        # links, and image / file cells: the name stays the text, the target becomes the
+        # hyperlink (as yuque-dl's and the JS lakesheet converters' "[name](src)" output keeps it)
+        link = v.get("url") if v.get("class") == "link" else v.get("src") if v.get("class") in _FILE_CLASSES else None
         if isinstance(link, str) and not re.match(r"(?i)^(https?:|mailto:)", link):
             link = None
         return _clean(_object_text(v)), None, None, link
@@ -403,7 +425,7 @@ def workbook_from_sheets(sheets: list[dict[str, Any]]) -> tuple[Workbook, dict[i
                     target.alignment = Alignment(horizontal=h_align, wrap_text=wrap or None)
         for c, entry in _index_items(sheet.get("columns"), _MAX_COL):
             if (px := _size(entry)) is not None:
-                ws.column_dimensions[get_column_letter(c + 1)].width = round(px / 7.0, 2)
+                ws.column_dimensions[get_column_letter(c + 1)].width = column_width(px)
         for r, entry in _index_items(sheet.get("rows"), _MAX_ROW):
             if (px := _size(entry)) is not None:
                 ws.row_dimensions[r + 1].height = round(px * 0.75, 2)
