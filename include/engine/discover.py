@@ -115,7 +115,12 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             fetchable += 1
             if st is None or not st.indexed:
                 change.kind = ChangeKind.NEW
-        entries[key] = {"change": change.to_dict(), "prior": _prior(st), "forced": key in forced}
+        entries[key] = {
+            "change": change.to_dict(),
+            "prior": _prior(st),
+            "forced": key in forced,
+            "staged": staging.staged_digest(change.staged_path),  # checked when fetch reads it back
+        }
 
     # Records a connector had to skip (malformed, unsupported) or failed to read during discovery
     # (a crawler's page fetch) go to lineage with their reason; failures count toward quarantine.

@@ -3,6 +3,12 @@
 Every stage reads the previous stage's manifest for a batch and writes its own, carrying the
 batch's failures and unchanged items forward, so the last manifest of a batch is a complete
 account of it. Failures are dicts ``{"item_key", "reason", "error", "retryable", "stage"}``.
+
+Staged files are checked when read back: an entry records the size and SHA-256 of its raw bytes
+(``raw_digest``; ``staged`` for bytes a crawler staged during discovery), of its parsed document
+(``parsed_digest``) and of its chunks (``chunks_digest``). A mismatch is a retryable *fetch*
+failure of that item (reason ``staging_corrupt``): it is not indexed, and its stored version is
+not advanced, so the next run fetches it again instead of being told "not modified".
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from typing import Any
 
 from include.contract import Change, RawDocument, VersionEvidence
 from include.failpoints import failpoint
-from include.staging import StagingArea
+from include.staging import StagingArea, StagingCorruptError, file_digest
 
 __all__ = [
+    "STAGING_CORRUPT",
     "ItemFailure",
+    "corrupt_failure",
     "load_raw",
     "next_manifest_path",
     "read_batch",
@@ -36,6 +44,14 @@ class ItemFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+STAGING_CORRUPT = StagingCorruptError.reason
+
+
+def corrupt_failure(item_key: str, exc: StagingCorruptError) -> ItemFailure:
+    """A staged file of this item changed after it was written: fetch it again next run."""
+    return ItemFailure(item_key, STAGING_CORRUPT, str(exc), retryable=True, stage="fetch")
 
 
 def read_manifest(path: str) -> dict[str, Any]:
@@ -74,9 +90,14 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     staging = StagingArea.at(Path(batch_manifest_path).parent)
     by_key = {entry["change"]["item_key"]: entry for entry in batch["items"]}
     items = []
+    failures = list(failures)
     for raw in fetched:
         entry = dict(by_key[raw.item_key])
+        if (problem := _differs_from_staged(entry, raw.data)) is not None:
+            failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
+            continue
         entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
+        entry["raw_digest"] = file_digest(raw.data)
         entry["raw"] = {
             "file_name": raw.file_name,
             "media_type": raw.media_type,
@@ -98,12 +119,28 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     return _write_next(batch_manifest_path, "fetched", manifest)
 
 
+def _differs_from_staged(entry: dict[str, Any], data: bytes) -> str | None:
+    """Why the fetched bytes are not those discovery staged (a crawler's page), else None."""
+    staged = entry.get("staged")
+    if not staged:
+        return None
+    digest = file_digest(data)
+    if digest == {"size": staged["size"], "sha256": staged["sha256"]}:
+        return None
+    path = entry["change"].get("staged_path")
+    return (
+        f"staged file {path} read back as {digest['size']} bytes (sha256 {digest['sha256'][:16]}...); "
+        f"discovery staged {staged['size']} bytes (sha256 {staged['sha256'][:16]}...)"
+    )
+
+
 def load_raw(entry: dict[str, Any]) -> RawDocument:
-    """Rebuild the RawDocument of a fetched manifest entry."""
+    """Rebuild the RawDocument of a fetched manifest entry (:class:`StagingCorruptError` when its
+    staged bytes are not those that were fetched)."""
     raw = entry["raw"]
     return RawDocument(
         item_key=entry["change"]["item_key"],
-        data=StagingArea.read_bytes(entry["raw_path"]),
+        data=StagingArea.read_verified(entry["raw_path"], entry.get("raw_digest")),
         file_name=raw["file_name"],
         media_type=raw.get("media_type"),
         url=raw.get("url"),

@@ -17,6 +17,7 @@ from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, document_id
 from include.engine.manifests import (
     ItemFailure,
+    corrupt_failure,
     load_raw,
     read_batch,
     read_manifest,
@@ -24,7 +25,7 @@ from include.engine.manifests import (
     write_stage_manifest,
 )
 from include.index import DocumentRecord, DocumentWrite, IndexBackend
-from include.staging import StagingArea
+from include.staging import StagingArea, StagingCorruptError
 from plugins.chunkers.registry import chunk_document
 from plugins.connectors.base import Connector
 from plugins.parsers.registry import parse_document
@@ -73,6 +74,9 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
         start = time.perf_counter()
         try:
             doc = parse_document(load_raw(entry), source.parser)
+        except StagingCorruptError as exc:
+            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            continue
         except ParseError as exc:
             # Retrying only helps when the bytes may parse next time (a timeout, a corrupt download);
             # an encrypted or unsupported file fails the same way until it changes at the source.
@@ -97,7 +101,8 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
             out["unchanged"].append(entry)
             continue
         key = entry["change"]["item_key"]
-        entry["parsed_path"] = staging.write_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
+        parsed = staging.put_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
+        entry["parsed_path"], entry["parsed_digest"] = parsed.path, parsed.digest()
         items.append(entry)
     out["items"] = items
     return write_stage_manifest(fetched_path, "parsed", out)
@@ -115,18 +120,24 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
         start = time.perf_counter()
         doc_id = document_id(source.source_id, entry["change"]["item_key"])
         try:
-            doc = ParsedDocument.from_dict(StagingArea.read_json(entry["parsed_path"]))
+            doc = ParsedDocument.from_dict(
+                StagingArea.read_json_verified(entry["parsed_path"], entry.get("parsed_digest"))
+            )
             chunks = chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
+        except StagingCorruptError as exc:
+            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            continue
         except Exception as exc:  # a chunker failure is this document's, not the batch's
             out["failures"].append(_failure(entry, "chunk", "chunk_error", f"{type(exc).__name__}: {exc}"))
             continue
-        path = staging.write_json(f"chunks/{doc_id}.json", [c.to_dict() for c in chunks])
+        staged = staging.put_json(f"chunks/{doc_id}.json", [c.to_dict() for c in chunks])
         meta = chunks[0].metadata if chunks else {}
         items.append(
             {
                 **entry,
                 "doc_id": doc_id,
-                "chunks_path": path,
+                "chunks_path": staged.path,
+                "chunks_digest": staged.digest(),
                 "chunk_ids": [c.chunk_id for c in chunks],
                 "chunker": meta.get("chunker", source.chunker.name),
                 "chunker_options_hash": meta.get("chunker_options_hash"),
@@ -159,8 +170,14 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
     manifest = read_manifest(chunked_path)
     out = _carry(manifest)
     writes: list[DocumentWrite] = []
+    entries: list[dict[str, Any]] = []
     for entry in manifest["items"]:
-        chunks = [Chunk.from_dict(c) for c in StagingArea.read_json(entry["chunks_path"])]
+        try:
+            staged = StagingArea.read_json_verified(entry["chunks_path"], entry.get("chunks_digest"))
+        except StagingCorruptError as exc:
+            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            continue
+        chunks = [Chunk.from_dict(c) for c in staged]
         prior_ids = set((entry.get("prior") or {}).get("chunk_ids") or [])
         version = entry["raw"].get("version") or entry["change"].get("version") or {}
         record = DocumentRecord(
@@ -176,6 +193,7 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
             metadata=_doc_metadata(entry["raw"].get("metadata") or {}),
         )
         writes.append(DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks})))
+        entries.append(entry)
     items = []
     if writes:
         start = time.perf_counter()
@@ -185,7 +203,7 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
         finally:
             index.close()
         elapsed = _ms(start) / len(writes)
-        for entry, write, result in zip(manifest["items"], writes, results, strict=True):
+        for entry, write, result in zip(entries, writes, results, strict=True):
             if not result.ok:
                 out["failures"].append(_failure(entry, "upsert", "index_error", result.error or "index write failed"))
                 continue
