@@ -44,6 +44,15 @@ class Limits:
     max_pages: int = 5_000
     max_rows: int = 1_000_000
     max_blocks: int = 2_000_000
+    # output text of one document (characters, all blocks): what a few KB of markup can inflate
+    # to through copied merged cells, list markers or indentation is refused past this
+    max_chars: int = 64 * MiB
+    # spreadsheet cells one document may expand to (row widths, merge fills): a lone cell in
+    # column XFD makes a 16,384-cell row
+    max_cells: int = 20_000_000
+    # decompressed XML parts a package library parses into trees (all parts together, not each
+    # alone): lxml trees take 10-15x their XML size in memory
+    xml_max_total: int = 64 * MiB
     zip_max_entries: int = 100_000
     zip_max_uncompressed: int = 512 * MiB
     # compression ratio beyond which a single zip member counts as a bomb
@@ -239,10 +248,20 @@ class BlockBuilder:
     the chain of headings it sits under.
     """
 
-    def __init__(self, max_blocks: int = 2_000_000) -> None:
+    def __init__(self, max_blocks: int = 2_000_000, max_chars: int | None = None) -> None:
         self.blocks: list[Block] = []
         self._stack: list[tuple[int, str]] = []
         self._max_blocks = max_blocks
+        self._max_chars = max_chars
+        self.chars = 0
+
+    def charge(self, chars: int) -> None:
+        """Count ``chars`` of output against ``max_chars`` *before* building a string that big."""
+        self.chars += chars
+        if self._max_chars is not None and self.chars > self._max_chars:
+            raise ParseError(
+                ParseErrorCode.TOO_LARGE, f"document text exceeds {self._max_chars} characters (limit max_chars)"
+            )
 
     @property
     def heading_path(self) -> list[str]:
@@ -251,8 +270,13 @@ class BlockBuilder:
     def _append(self, block: Block) -> Block:
         if len(self.blocks) >= self._max_blocks:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {self._max_blocks} blocks")
+        self.charge(len(block.text))
         self.blocks.append(block)
         return block
+
+    def _check_room(self, chars: int) -> None:
+        if self._max_chars is not None and self.chars + chars > self._max_chars:
+            self.charge(chars)
 
     def heading(self, text: str, level: int, positions: list[Position] | None = None, **metadata: Any) -> Block | None:
         text = clean_text(text)
@@ -311,6 +335,8 @@ class BlockBuilder:
         rows = [r for r in rows if any(c.strip() for c in r)]
         if not rows and not (header and any(h.strip() for h in header)):
             return None
+        # the joined text is built below: refuse it before it exists, not after
+        self._check_room(sum(len(c) + 1 for r in [*rows, header or []] for c in r))
         lines = ["\t".join(header)] if header else []
         lines += ["\t".join(r) for r in rows]
         return self.add(BlockKind.TABLE, "\n".join(lines), positions, rows=rows, header=header, **metadata)

@@ -17,8 +17,36 @@ from lxml import etree
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _W = f"{{{W}}}"
 _HEADING_NAME = re.compile(r"^heading\s*([1-9])$", re.I)
+# ECMA-376 Part 1, 17.9.3 (ilvl) and 17.9.7 (lvl): list levels are 0..8; a larger ilvl is
+# clamped to the deepest level, as Word renders it (the text is unchanged).
+MAX_ILVL = 8
+# Word refuses start values above 32767 (its "Start at" field); anything larger only serves to
+# build unbounded markers.
+MAX_START = 32_767
+# Word's lvlText is at most 255 characters
+_MAX_LVL_TEXT = 255
+# a letter marker repeats its letter once per 26 (32767 -> 1261 "z"s): past this many letters
+# the number is written in decimal instead, so that no marker carries more than a line
+_MAX_LETTERS = 8
 
-__all__ = ["Numbering", "Styles", "W", "wval"]
+__all__ = ["MAX_ILVL", "Numbering", "Styles", "W", "clamp_ilvl", "wval"]
+
+
+def clamp_ilvl(value: str | None) -> int | None:
+    """A list level from its attribute, clamped to ECMA-376's 0..8 (None when absent or junk)."""
+    if not value or not value.isdigit():
+        return None
+    digits = value.lstrip("0")
+    return min(int(digits), MAX_ILVL) if 0 < len(digits) <= 2 else (0 if not digits else MAX_ILVL)
+
+
+def _clamp_start(value: str | None) -> int:
+    if not value or not value.lstrip("-").isdigit():
+        return 1
+    if value.startswith("-"):
+        return 0
+    digits = value.lstrip("0")
+    return min(int(digits), MAX_START) if len(digits) <= 5 else MAX_START
 
 
 def wval(el: etree._Element | None, child: str) -> str | None:
@@ -57,7 +85,7 @@ class Styles:
                 based_on=wval(st, "basedOn"),
                 outline=int(outline) if outline and outline.isdigit() else None,
                 num_id=wval(numpr, "numId"),
-                ilvl=int(ilvl) if ilvl and ilvl.isdigit() else None,
+                ilvl=clamp_ilvl(ilvl),
             )
             if st.get(f"{_W}type") == "paragraph" and st.get(f"{_W}default") in ("1", "true"):
                 self.default_paragraph = sid
@@ -110,19 +138,21 @@ class _List:
 def _levels(parent: etree._Element) -> dict[int, _Level]:
     out: dict[int, _Level] = {}
     for lvl in parent.findall(f"{_W}lvl"):
-        ilvl = lvl.get(f"{_W}ilvl")
-        if ilvl is None or not ilvl.isdigit():
+        ilvl = clamp_ilvl(lvl.get(f"{_W}ilvl"))
+        if ilvl is None:
             continue
-        start = wval(lvl, "start")
-        out[int(ilvl)] = _Level(
+        text = wval(lvl, "lvlText")
+        out[ilvl] = _Level(
             fmt=wval(lvl, "numFmt") or "decimal",
-            text=wval(lvl, "lvlText") if wval(lvl, "lvlText") is not None else "%1.",
-            start=int(start) if start and start.lstrip("-").isdigit() else 1,
+            text=text[:_MAX_LVL_TEXT] if text is not None else "%1.",
+            start=_clamp_start(wval(lvl, "start")),
         )
     return out
 
 
 def _roman(n: int) -> str:
+    if n > 3999:  # no roman numeral past MMMCMXCIX: the number itself, not 4,000+ "m"s
+        return str(n)
     vals = (
         (1000, "m"),
         (900, "cm"),
@@ -148,7 +178,10 @@ def _roman(n: int) -> str:
 
 def _letters(n: int) -> str:
     # Word repeats the letter: a..z, aa..zz
-    return chr(97 + (n - 1) % 26) * ((n - 1) // 26 + 1) if n > 0 else ""
+    if n <= 0:
+        return ""
+    repeat = (n - 1) // 26 + 1
+    return chr(97 + (n - 1) % 26) * repeat if repeat <= _MAX_LETTERS else str(n)
 
 
 def _format(n: int, fmt: str) -> str:
@@ -176,15 +209,15 @@ class Numbering:
             aid = wval(num, "abstractNumId")
             levels = {k: _Level(v.fmt, v.text, v.start) for k, v in abstract.get(aid, {}).items()}
             for ov in num.findall(f"{_W}lvlOverride"):
-                ilvl = ov.get(f"{_W}ilvl")
-                if ilvl is None or not ilvl.isdigit():
+                ilvl = clamp_ilvl(ov.get(f"{_W}ilvl"))
+                if ilvl is None:
                     continue
                 lvl_el = ov.find(f"{_W}lvl")
                 if lvl_el is not None:
                     levels.update(_levels(ov))
                 start = wval(ov, "startOverride")
                 if start and start.isdigit():
-                    levels.setdefault(int(ilvl), _Level()).start = int(start)
+                    levels.setdefault(ilvl, _Level()).start = _clamp_start(start)
             if nid:
                 self._lists[nid] = _List(levels)
 
@@ -193,6 +226,7 @@ class Numbering:
         lst = self._lists.get(num_id)
         if lst is None:
             return "-", False
+        ilvl = max(0, min(ilvl, MAX_ILVL))
         level = lst.levels.get(ilvl, _Level())
         lst.counters[ilvl] = lst.counters.get(ilvl, level.start - 1) + 1
         for deeper in [k for k in lst.counters if k > ilvl]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import posixpath
 import zipfile
+from collections.abc import Callable
 
 from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 from plugins.parsers._common import Limits, safe_xml_parser
 
-__all__ = ["check_zip", "repair_relationships", "xml_error"]
+__all__ = ["charge_xml_parts", "check_zip", "repair_relationships", "xml_error"]
 
 _RELS_NS = "http://schemas.openxmlformats.org/package/2006/relationships"
 _MIN_BOMB_MEMBER = 8 * 1024 * 1024
@@ -45,6 +46,68 @@ def check_zip(data: bytes, limits: Limits, what: str) -> zipfile.ZipFile:
         if info.flag_bits & 0x1:
             raise ParseError(ParseErrorCode.ENCRYPTED, f"{what}: encrypted zip member {info.filename}")
     return zf
+
+
+_CT_NS = "{http://schemas.openxmlformats.org/package/2006/content-types}"
+
+
+def _xml_content_types(zf: zipfile.ZipFile, limits: Limits) -> tuple[dict[str, bool], dict[str, bool]]:
+    """``(defaults by extension, overrides by part name)``: is that part's content type XML?
+
+    The libraries choose a part's parser by content type, not by name, so an XML header stored
+    as ``header1.png`` (with an override saying so) is still parsed as XML.
+    """
+    try:
+        info = zf.getinfo("[Content_Types].xml")
+    except KeyError:
+        return {}, {}
+    if info.file_size > limits.xml_max_total:
+        raise ParseError(ParseErrorCode.BOMB, f"[Content_Types].xml of {info.file_size} bytes")
+    try:
+        root = etree.fromstring(zf.read(info), safe_xml_parser())
+    except (etree.XMLSyntaxError, zipfile.BadZipFile, OSError, ValueError):
+        return {}, {}
+    defaults, overrides = {}, {}
+    for el in root:
+        is_xml = (el.get("ContentType") or "").lower().endswith("xml")
+        if el.tag == f"{_CT_NS}Default":
+            defaults[(el.get("Extension") or "").lower()] = is_xml
+        elif el.tag == f"{_CT_NS}Override":
+            overrides[(el.get("PartName") or "").lstrip("/").lower()] = is_xml
+    return defaults, overrides
+
+
+def _is_xml_part(name: str, defaults: dict[str, bool], overrides: dict[str, bool]) -> bool:
+    key = name.lower()
+    if key in overrides:
+        return overrides[key]
+    ext = key.rsplit(".", 1)[-1] if "." in key.rsplit("/", 1)[-1] else ""
+    return defaults.get(ext, ext in ("xml", "rels"))
+
+
+def charge_xml_parts(
+    zf: zipfile.ZipFile, limits: Limits, what: str, skip: Callable[[str], bool] = lambda name: False
+) -> int:
+    """Sum the decompressed size of every XML part the package library will parse into a tree.
+
+    python-docx and python-pptx parse each XML part when they open a package, so the parts
+    count *together* against ``xml_max_total``: sixty 8 MiB headers pass a per-part ratio test
+    one by one and still make gigabytes of lxml nodes. ``skip`` names parts read as streams
+    (worksheets). Returns the total charged.
+    """
+    defaults, overrides = _xml_content_types(zf, limits)
+    total = 0
+    for info in zf.infolist():
+        if not _is_xml_part(info.filename, defaults, overrides) or skip(info.filename):
+            continue
+        total += info.file_size
+        if total > limits.xml_max_total:
+            raise ParseError(
+                ParseErrorCode.BOMB,
+                f"{what}: XML parts expand beyond {limits.xml_max_total} bytes together "
+                f"(limit xml_max_total; at {info.filename})",
+            )
+    return total
 
 
 def repair_relationships(data: bytes, zf: zipfile.ZipFile) -> bytes:

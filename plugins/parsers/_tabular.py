@@ -14,12 +14,33 @@ from collections.abc import Iterable
 from include.contract import BlockKind, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits
 
-__all__ = ["column_letter", "emit_rows", "header_option", "make_header"]
+__all__ = ["CellBudget", "column_letter", "emit_rows", "header_option", "make_header"]
 
 _NUMBERISH = re.compile(r"^[\s$€£¥%+\-.,:/0-9()]*$")
 # Trailing formatting (a million styled but empty rows) is common in real workbooks; after this
 # many empty rows in a row nothing below is read.
 EMPTY_RUN_LIMIT = 10_000
+
+
+class CellBudget:
+    """Cells one document may expand to (``Limits.max_cells``), shared by all its sheets.
+
+    Charged *before* a row list is allocated, so a cell in column XFD, a header 16,384 cells
+    wide or a merged range copied down a sheet is refused instead of materialised.
+    """
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def charge(self, cells: int, where: str) -> None:
+        self.used += cells
+        if self.used > self.limit:
+            raise ParseError(
+                ParseErrorCode.TOO_LARGE, f"more than {self.limit} cells (limit max_cells), reached at {where}"
+            )
 
 
 def column_letter(index: int) -> str:
@@ -81,6 +102,7 @@ def emit_rows(
     limits: Limits,
     deadline: Deadline,
     line_positions: bool = False,
+    cells_budget: CellBudget | None = None,
 ) -> int:
     """Append one block per non-empty row; returns the number of data rows emitted.
 
@@ -103,6 +125,8 @@ def emit_rows(
             raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {limits.max_rows} rows")
         width = len(header) if header else len(cells)
         if len(cells) < width:
+            if cells_budget is not None:
+                cells_budget.charge(width - len(cells), f"row {n} padded to the header")
             cells = cells + [""] * (width - len(cells))
         builder.add(BlockKind.TABLE, "\t".join(cells).strip(), pos(n), rows=[cells], header=header)
 

@@ -21,8 +21,8 @@ from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, parse_xml
-from plugins.parsers._docx_styles import Numbering, Styles, W, wval
-from plugins.parsers._ooxml import check_zip, repair_relationships, xml_error
+from plugins.parsers._docx_styles import Numbering, Styles, W, clamp_ilvl, wval
+from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
 from plugins.parsers._tabular import _looks_like_header
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import DOCX
@@ -70,6 +70,7 @@ class _Walker:
         builder: BlockBuilder,
         deadline: Deadline,
         header_mode: bool | None,
+        max_chars: int,
     ) -> None:
         self.rels = rels
         self.styles = styles
@@ -81,6 +82,10 @@ class _Walker:
         self._list_ordered = False
         self._list_num: str | None = None
         self._count = 0
+        # table cell text, copies made by vertical merges included: they are joined into one
+        # string per cell or table before a block exists to count them
+        self._cell_chars = 0
+        self._max_chars = max_chars
         self.images: list[dict[str, str]] = []
 
     # ------------------------------------------------------------------ body
@@ -127,7 +132,7 @@ class _Walker:
             self.flush_list()
             self.b.heading(text, level, **extra)
         elif text and num_id not in (None, "0"):
-            depth = int(ilvl) if ilvl and ilvl.isdigit() else 0
+            depth = clamp_ilvl(ilvl) or 0
             marker, ordered = self.numbering.marker(num_id, depth)
             if self._list and num_id != self._list_num and depth == 0:
                 self.flush_list()  # a different list starts
@@ -230,12 +235,23 @@ class _Walker:
                     text = above.get(col, "")
                 else:
                     text = self._cell_text(tc)
+                self._charge_cell(text)
                 cells.append(text)
                 cells.extend([""] * (min(span_n, 64) - 1))
                 above[col] = text
             if any(c for c in cells):
                 rows.append(cells)
         return rows, header_row
+
+    def _charge_cell(self, text: str) -> None:
+        self._cell_chars += len(text)
+        if self._cell_chars > self._max_chars:
+            raise ParseError(
+                ParseErrorCode.TOO_LARGE, f"docx: table cells exceed {self._max_chars} characters (merged cells copied)"
+            )
+        self._count += 1
+        if self._count % 500 == 0:
+            self.deadline.check("docx table")
 
     def _cell_text(self, tc: etree._Element) -> str:
         lines: list[str] = []
@@ -317,6 +333,8 @@ def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     zf = check_zip(data, limits, "docx")
     if "word/document.xml" not in zf.namelist():
         raise ParseError(ParseErrorCode.CORRUPT, "docx: no word/document.xml main part")
+    # python-docx parses every XML part of the package (headers and footers too) when it opens it
+    charge_xml_parts(zf, limits, "docx")
     data = repair_relationships(data, zf)
     try:
         document = docx.Document(io.BytesIO(data))
@@ -330,10 +348,9 @@ def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     numbering = Numbering(_part_xml(document, "/numbering"))
     from plugins.parsers._tabular import header_option
 
-    builder = BlockBuilder(limits.max_blocks)
-    walker = _Walker(
-        rels, styles, numbering, builder, deadline, header_option(ctx.options.get("first_row_as_header", "auto"))
-    )
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    header_mode = header_option(ctx.options.get("first_row_as_header", "auto"))
+    walker = _Walker(rels, styles, numbering, builder, deadline, header_mode, limits.max_chars)
     walker.body(body)
     _notes(_part_xml(document, "/footnotes"), walker, "footnote")
     _notes(_part_xml(document, "/endnotes"), walker, "endnote")

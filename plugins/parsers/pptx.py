@@ -12,12 +12,15 @@ from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
-from plugins.parsers._ooxml import check_zip, repair_relationships, xml_error
+from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
 from plugins.parsers._tabular import _looks_like_header
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import PPTX
 
 __all__ = ["parse_pptx"]
+
+# ECMA-376 Part 1, 21.1.2.2.7 (a:pPr lvl): paragraph levels are 0..8
+_MAX_LEVEL = 8
 
 
 def _shapes_in_order(shapes: Any) -> list[Any]:
@@ -27,6 +30,14 @@ def _shapes_in_order(shapes: Any) -> list[Any]:
     return sorted(shapes, key=key)
 
 
+def _level(para: Any) -> int:
+    """The paragraph's indent level clamped to 0..8 (a lossless normalisation of the text)."""
+    try:
+        return max(0, min(int(para.level), _MAX_LEVEL))
+    except (ValueError, TypeError):  # python-pptx rejects an out-of-range lvl when it reads it
+        return _MAX_LEVEL
+
+
 def _frame_blocks(frame: Any, builder: BlockBuilder, pos: list[Position]) -> None:
     lines: list[str] = []
     bulleted = False
@@ -34,9 +45,10 @@ def _frame_blocks(frame: Any, builder: BlockBuilder, pos: list[Position]) -> Non
         text = clean_text("".join(run.text for run in para.runs) or para.text)
         if not text:
             continue
-        if para.level:
+        level = _level(para)
+        if level:
             bulleted = True
-        lines.append(f"{'  ' * para.level}{text}")
+        lines.append(f"{'  ' * level}{text}")
     if not lines:
         return
     if bulleted or (len(lines) > 1 and all(len(line) < 200 for line in lines)):
@@ -82,6 +94,8 @@ def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     zf = check_zip(data, limits, "pptx")
+    # python-pptx parses every XML part (slides, layouts, masters, notes) when it opens the file
+    charge_xml_parts(zf, limits, "pptx")
     data = repair_relationships(data, zf)
     try:
         prs = Presentation(io.BytesIO(data))
@@ -89,7 +103,7 @@ def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
         raise xml_error(exc, "pptx") from exc
     except (KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"pptx: {type(exc).__name__}: {exc}") from exc
-    builder = BlockBuilder(limits.max_blocks)
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     n = 0
     for n, slide in enumerate(prs.slides, start=1):
         if n > limits.max_pages:

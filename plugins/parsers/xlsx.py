@@ -6,7 +6,9 @@
 * merged ranges filled with their top-left value (read from the sheet XML, which read-only
   openpyxl does not expose);
 * image formulas (WPS ``DISPIMG``, Excel ``_xlfn.IMAGE``) stripped;
-* a run of 10,000 empty rows ends the sheet (styled-but-empty tails); ``max_rows`` caps data.
+* a run of 10,000 empty rows ends the sheet (styled-but-empty tails); ``max_rows`` caps data;
+* rows are read sparse (a cell in column XFD is one cell, not 16,384) and trimmed after their
+  last value; all rows and merge fills count against ``max_cells`` for the whole workbook.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import io
 import re
 import warnings
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 from lxml import etree
@@ -23,8 +26,8 @@ from lxml import etree
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits
 from plugins.parsers._numfmt import format_value
-from plugins.parsers._ooxml import check_zip, repair_relationships, xml_error
-from plugins.parsers._tabular import emit_rows, header_option
+from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
+from plugins.parsers._tabular import EMPTY_RUN_LIMIT, CellBudget, emit_rows, header_option
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import XLSX
 
@@ -46,37 +49,89 @@ def _col_index(letters: str) -> int:
     return n - 1
 
 
-def _scan_sheet(zf: zipfile.ZipFile, path: str | None) -> tuple[list[tuple[int, int, int, int]], set[tuple[int, int]]]:
+# Excel itself has no hard limit, but real workbooks carry hundreds, not hundreds of thousands,
+# of merged ranges; each costs a check on every row it spans.
+MAX_MERGED_RANGES = 100_000
+# a range larger than this (whole columns or rows) is not filled at all, as before
+_MAX_MERGE_AREA = 100_000
+
+_Range = tuple[int, int, int, int]
+
+
+def _scan_sheet(zf: zipfile.ZipFile, path: str | None, deadline: Deadline) -> tuple[set[_Range], set[tuple[int, int]]]:
     """Merged ranges ((min_row, min_col, max_row, max_col), rows 1-based, cols 0-based) and the
     cells whose formula is an image function, from the raw sheet XML.
 
     A byte scan rather than an XML parse: ``<mergeCell>`` elements sit after the (possibly
     million-row) sheet data, and read-only openpyxl drops formulas when it reads cached values.
-    Scanning bytes is two orders of magnitude faster than building an element per row.
+    Scanning bytes is two orders of magnitude faster than building an element per row. Ranges
+    are a set: the same range listed 20,000 times is one range.
     """
-    merges: list[tuple[int, int, int, int]] = []
+    merges: set[_Range] = set()
     images: set[tuple[int, int]] = set()
     if not path or path.lstrip("/") not in zf.namelist():
         return merges, images
     tail = b""
     with zf.open(path.lstrip("/")) as fh:
         while chunk := fh.read(1 << 20):
+            deadline.check("xlsx sheet scan")
             buf = tail + chunk
             last_end = 0
             for m in _MERGE.finditer(buf) if b"mergeCell" in buf else ():
                 ma, mb = _REF.fullmatch(m.group(1).decode()), _REF.fullmatch(m.group(2).decode())
                 if ma and mb:
-                    merges.append(
-                        (int(ma.group(2)), _col_index(ma.group(1)), int(mb.group(2)), _col_index(mb.group(1)))
-                    )
+                    merges.add((int(ma.group(2)), _col_index(ma.group(1)), int(mb.group(2)), _col_index(mb.group(1))))
                 last_end = max(last_end, m.end())
             # plain substring tests first: they run at memory speed, the regexes do not
             if b"DISPIMG" in buf or b"dispimg" in buf or b"_xlfn." in buf:
                 for m in _IMAGE_CELL.finditer(buf):
                     images.add((int(m.group(2)), _col_index(m.group(1).decode())))
                     last_end = max(last_end, m.end())
+            if len(merges) > MAX_MERGED_RANGES or len(images) > MAX_MERGED_RANGES:
+                raise ParseError(
+                    ParseErrorCode.TOO_LARGE, f"xlsx: more than {MAX_MERGED_RANGES} merged ranges or image cells"
+                )
             tail = buf[max(last_end, len(buf) - 4096) :]
     return merges, images
+
+
+class _MergeFill:
+    """Fills each merged range's cells with its top-left value as the rows stream past.
+
+    Only the ranges spanning the current row are visited (a sweep over ranges sorted by first
+    row), never a per-cell map of every range: 2,000 ranges of 99,999 cells are 2,000 entries,
+    not 200 million. Each visit and each filled cell is charged to the document's cell budget.
+    """
+
+    def __init__(self, merges: set[_Range], budget: CellBudget, deadline: Deadline) -> None:
+        ok = (m for m in merges if (m[2] - m[0] + 1) * (m[3] - m[1] + 1) <= _MAX_MERGE_AREA)
+        self._pending = sorted(m for m in ok if m[0] <= m[2] and m[1] <= m[3])
+        self._next = 0
+        self._active: list[_Range] = []
+        self._values: dict[tuple[int, int], str] = {}
+        self._budget = budget
+        self._deadline = deadline
+
+    def apply(self, n: int, texts: dict[int, str]) -> None:
+        while self._next < len(self._pending) and self._pending[self._next][0] <= n:
+            self._active.append(self._pending[self._next])
+            self._next += 1
+        if not self._active:
+            return
+        self._active = [m for m in self._active if m[2] >= n]
+        self._budget.charge(len(self._active), f"merged ranges of row {n}")
+        for i, (r0, c0, _r1, c1) in enumerate(self._active):
+            if i % 256 == 255:
+                self._deadline.check("xlsx merged cells")
+            if r0 == n:
+                self._values[(r0, c0)] = texts.get(c0, "")
+            value = self._values.get((r0, c0), "")
+            if not value:
+                continue
+            self._budget.charge(c1 - c0 + 1, f"merged range of row {n}")
+            for c in range(c0, c1 + 1):
+                if not texts.get(c):
+                    texts[c] = value
 
 
 def _cell_text(cell: Any) -> str:
@@ -88,37 +143,52 @@ def _cell_text(cell: Any) -> str:
     return format_value(value, getattr(cell, "number_format", None))
 
 
-def _rows(ws: Any, merges: list[tuple[int, int, int, int]], images: set[tuple[int, int]]):
-    # top-left value of each merge, filled in when the range's other cells stream past
-    anchors: dict[tuple[int, int], tuple[int, int]] = {}
-    for r0, c0, r1, c1 in merges:
-        if (r1 - r0 + 1) * (c1 - c0 + 1) > 100_000:
-            continue  # absurd ranges (whole columns): fill nothing rather than blow up
-        for r in range(r0, r1 + 1):
-            for c in range(c0, c1 + 1):
-                if (r, c) != (r0, c0):
-                    anchors[(r, c)] = (r0, c0)
-    values: dict[tuple[int, int], str] = {}
-    anchor_cells = set(anchors.values())
-    first = ws.min_row or 1
-    for i, row in enumerate(ws.iter_rows()):
-        n = first + i
-        cells = [_cell_text(c) for c in row]
-        for r, c in images:
-            if r == n and c < len(cells):
-                cells[c] = ""
-        if anchors:
-            for c, text in enumerate(cells):
-                if (n, c) in anchor_cells:
-                    values[(n, c)] = text
-            width = len(cells)
-            for (r, c), src in anchors.items():
-                if r == n:
-                    if c >= width:
-                        cells.extend([""] * (c + 1 - width))
-                        width = len(cells)
-                    if not cells[c]:
-                        cells[c] = values.get(src, "")
+def _sparse_rows(ws: Any) -> Iterator[tuple[int, list[Any]]]:
+    """``(row number, cells present)`` straight from openpyxl's sheet parser.
+
+    ``ws.iter_rows()`` pads every row with an empty cell per missing column, so one cell in
+    column XFD makes 16,384 cells per row; the parser underneath yields only the cells present.
+    """
+    from openpyxl.cell.read_only import ReadOnlyCell
+    from openpyxl.worksheet._reader import WorkSheetParser
+
+    wb = ws.parent
+    with ws._get_source() as src:
+        parser = WorkSheetParser(
+            src,
+            ws._shared_strings,
+            data_only=wb.data_only,
+            epoch=wb.epoch,
+            date_formats=wb._date_formats,
+            timedelta_formats=wb._timedelta_formats,
+        )
+        for n, row in parser.parse():
+            yield n, [ReadOnlyCell(ws, **cell) for cell in row]
+
+
+def _rows(ws: Any, fill: _MergeFill, images: set[tuple[int, int]], budget: CellBudget):
+    image_rows: dict[int, set[int]] = {}
+    for r, c in images:
+        image_rows.setdefault(r, set()).add(c)
+    last = 0
+    for n, present in _sparse_rows(ws):
+        # rows absent from the XML are empty rows: yielded (at most the run that ends a sheet)
+        # so that a long empty stretch still ends the sheet, as with styled empty rows
+        for gap in range(last + 1, min(n, last + 1 + EMPTY_RUN_LIMIT)):
+            yield gap, []
+        last = max(last, n)
+        skip = image_rows.get(n, ())
+        texts = {}
+        for cell in present:
+            col = cell.column - 1
+            if col not in skip and (text := _cell_text(cell)):
+                texts[col] = text
+        fill.apply(n, texts)
+        width = max(texts) + 1 if texts else 0
+        budget.charge(width, f"row {n} of sheet {ws.title!r}")
+        cells = [""] * width
+        for col, text in texts.items():
+            cells[col] = text
         yield n, cells
 
 
@@ -130,6 +200,8 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     zf = check_zip(data, limits, "xlsx")
+    # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams
+    charge_xml_parts(zf, limits, "xlsx", skip=lambda name: name.startswith("xl/worksheets/"))
     repaired = repair_relationships(data, zf)
     if repaired is not data:
         data, zf = repaired, zipfile.ZipFile(io.BytesIO(repaired))
@@ -143,7 +215,8 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
         raise ParseError(ParseErrorCode.CORRUPT, f"xlsx: {type(exc).__name__}: {exc}") from exc
     include_hidden = bool(ctx.options.get("include_hidden_sheets", False))
     header_opt = header_option(ctx.options.get("first_row_as_header", "auto"))
-    builder = BlockBuilder(limits.max_blocks)
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    cells = CellBudget(limits.max_cells)
     sheets, skipped = [], []
     total_rows = 0
     try:
@@ -153,17 +226,17 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
                 continue
             if not hasattr(ws, "iter_rows"):  # chartsheets
                 continue
-            ws.reset_dimensions()  # trust the rows, not a possibly stale <dimension>
-            merges, images = _scan_sheet(zf, getattr(ws, "_worksheet_path", None))
+            merges, images = _scan_sheet(zf, getattr(ws, "_worksheet_path", None), deadline)
             mark = len(builder.blocks)
             builder.heading(ws.title, 1)
             n = emit_rows(
                 builder,
-                _rows(ws, merges, images),
+                _rows(ws, _MergeFill(merges, cells, deadline), images, cells),
                 sheet=ws.title,
                 first_row_as_header=header_opt,
                 limits=dataclasses.replace(limits, max_rows=limits.max_rows - total_rows),
                 deadline=deadline,
+                cells_budget=cells,
             )
             total_rows += n
             if len(builder.blocks) == mark + 1:  # an empty sheet: drop its lone heading
