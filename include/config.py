@@ -25,18 +25,32 @@ source file is rendered into DAGs, parsed by every scheduler and shown in the UI
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from include.contract import options_hash
 
-__all__ = ["ChunkerConfig", "IndexConfig", "SourceConfig", "load_sources"]
+__all__ = [
+    "ChunkerConfig",
+    "EngineOptions",
+    "IndexConfig",
+    "SourceConfig",
+    "SourceError",
+    "load_sources",
+    "load_sources_report",
+    "options_model",
+    "url_secret",
+    "validate_options",
+]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -59,6 +73,10 @@ _CREDENTIAL_WORDS = (
     "cookies",
 )
 _URL_WITH_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
+# Query parameters that carry a credential in signed or token-authenticated URLs (OAuth 2.0
+# bearer ``access_token``, RFC 6750 s2.3; API ``key``/``api_key``; pre-signed ``sig``/``signature``).
+# Beyond the credential words above, these short names are secrets only as *query* names.
+_SECRET_QUERY_NAMES = frozenset({"key", "sig", "signature", "pass", "pwd"})
 
 
 def _is_credential_key(key: object) -> bool:
@@ -75,6 +93,30 @@ def _has_url_password(value: str) -> bool:
         return True  # unparsable userinfo: refuse rather than guess
 
 
+def _is_secret_query_name(name: str) -> bool:
+    norm = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return _is_credential_key(norm) or norm in _SECRET_QUERY_NAMES or norm.endswith("_signature")
+
+
+def url_secret(value: str) -> str | None:
+    """What makes ``value`` (an absolute URL) carry a credential, or None.
+
+    The answer names the part (``a password``, ``the query parameter access_token``), never its
+    value: it ends up in DAG import errors every scheduler logs.
+    """
+    text = value.strip()
+    if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):
+        return None
+    if _has_url_password(text):
+        return "a password"
+    try:
+        query = urlsplit(text).query
+    except ValueError:
+        return None  # not a URL a component could use; the component's own validation says so
+    names = sorted({k for k, _ in parse_qsl(query, keep_blank_values=True) if _is_secret_query_name(k)})
+    return f"the query parameter {', '.join(names)}" if names else None
+
+
 def _credential_paths(value: Any, path: str) -> list[str]:
     """Dotted paths under ``value`` that hold a credential (names only, never values)."""
     found: list[str] = []
@@ -88,9 +130,36 @@ def _credential_paths(value: Any, path: str) -> list[str]:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             found.extend(_credential_paths(v, f"{path}[{i}]"))
-    elif isinstance(value, str) and _has_url_password(value):
-        found.append(f"{path} (a URL with a password)")
+    elif isinstance(value, str) and (secret := url_secret(value)):
+        found.append(f"{path} (a URL with {secret})")
     return found
+
+
+class EngineOptions(BaseModel):
+    """Options the engine itself reads from ``source.options``, accepted by every kind.
+
+    Each connector's options model derives from this one, so one ``extra="forbid"`` model per
+    kind knows every key a source may set: ``quarantine_after`` (an item failing this many runs
+    in a row is skipped until it changes or is named in ``only_keys``; read by discover),
+    ``window_overlap_minutes`` (scheduled windows start this much earlier; read by the sync
+    operator), ``fetch_operator`` (dotted path of an operator replacing the fetch task; read by
+    the DAG factory).
+    """
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    quarantine_after: int = Field(default=5, ge=1)
+    window_overlap_minutes: float | None = Field(default=None, ge=0)
+    fetch_operator: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# kind -> "module:Model" of its options, imported when a source of that kind is loaded.
+_OPTIONS_MODELS = {
+    "web": "plugins.connectors.web.options:WebOptions",
+    "files": "plugins.connectors.files.options:FilesOptions",
+    "feishu": "plugins.connectors.feishu.options:FeishuOptions",
+    "yuque": "plugins.connectors.yuque.options:YuqueOptions",
+}
 
 
 class ChunkerConfig(BaseModel):
@@ -147,6 +216,13 @@ class SourceConfig(BaseModel):
         return self
 
     @property
+    def engine_options(self) -> EngineOptions:
+        """The engine's own options of this source (validated again: a SourceConfig built in
+        code never went through :func:`validate_options`)."""
+        fields = EngineOptions.model_fields
+        return EngineOptions.model_validate({k: v for k, v in self.options.items() if k in fields})
+
+    @property
     def source_id(self) -> str:
         """The key under which state, lineage and index documents are filed."""
         return f"{self.kind}:{self.name}"
@@ -174,21 +250,91 @@ def _expand(value: Any) -> Any:
     return value
 
 
-def load_sources(path: Path) -> list[SourceConfig]:
-    """Parse and validate a sources file. Raises ``ValueError`` naming the bad entry."""
+def options_model(kind: str) -> type[BaseModel]:
+    """The options model of a connector kind (every model derives from :class:`EngineOptions`)."""
+    try:
+        module, _, name = _OPTIONS_MODELS[kind].partition(":")
+    except KeyError:
+        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(_OPTIONS_MODELS))})") from None
+    return getattr(importlib.import_module(module), name)
+
+
+def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
+    """One pydantic error as ``options.<key>: <what is wrong>`` (never the value)."""
+    loc = ".".join(str(p) for p in error.get("loc", ()))
+    where = f"options.{loc}" if loc else "options"
+    if error.get("type") == "extra_forbidden":
+        if len(error["loc"]) != 1:
+            return f"{where}: unknown option"
+        close = difflib.get_close_matches(str(error["loc"][0]), list(model.model_fields), n=1)
+        hint = f"did you mean {close[0]}?" if close else f"valid options: {', '.join(model.model_fields)}"
+        return f"{where}: unknown option ({hint})"
+    if error.get("type") == "value_error" and "error" in (error.get("ctx") or {}):
+        return f"{where}: {error['ctx']['error']}"
+    return f"{where}: {error.get('msg', 'invalid')}"
+
+
+def validate_options(source: SourceConfig) -> BaseModel:
+    """Validate ``source.options`` against its kind's model; ``ValueError`` names each bad key."""
+    model = options_model(source.kind)
+    try:
+        return model.model_validate(source.options)
+    except ValidationError as exc:
+        raise ValueError("; ".join(_describe(e, model) for e in exc.errors(include_input=False))) from None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceError:
+    """A source entry that does not validate: where it is, which DAG it would have been, why."""
+
+    index: int
+    label: str  # "web:docs", or "#3" when the entry has no usable kind/name
+    dag_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _entry_label(entry: Any, i: int) -> tuple[str, str | None]:
+    if isinstance(entry, dict) and isinstance(entry.get("kind"), str) and isinstance(entry.get("name"), str):
+        return f"{entry['kind']}:{entry['name']}", f"sync_{entry['kind']}_{entry['name']}"
+    return f"#{i}", None
+
+
+def load_sources_report(path: Path) -> tuple[list[SourceConfig], list[SourceError]]:
+    """Every valid source of a sources file, and one :class:`SourceError` per invalid entry.
+
+    An entry is valid when its fields *and* its options (against its kind's model) validate, so
+    a typo such as ``max_page`` is caught when the DAG file is parsed rather than when a run
+    starts. One bad entry does not invalidate the others.
+    """
     if not path.exists():
-        return []
+        return [], []
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     entries = _expand(raw.get("sources") or [])
     sources: list[SourceConfig] = []
+    errors: list[SourceError] = []
     seen: set[str] = set()
     for i, entry in enumerate(entries):
+        label, dag_id = _entry_label(entry, i)
         try:
             src = SourceConfig.model_validate(entry)
+            validate_options(src)
         except Exception as exc:
-            raise ValueError(f"{path}: source #{i}: {exc}") from exc
+            errors.append(SourceError(i, label, dag_id, f"{path}: source #{i} ({label}): {exc}"))
+            continue
         if src.dag_id in seen:
-            raise ValueError(f"{path}: duplicate source {src.dag_id}")
+            errors.append(SourceError(i, label, dag_id, f"{path}: duplicate source {src.dag_id}"))
+            continue
         seen.add(src.dag_id)
         sources.append(src)
+    return sources, errors
+
+
+def load_sources(path: Path) -> list[SourceConfig]:
+    """Parse and validate a sources file. Raises ``ValueError`` naming the bad entries."""
+    sources, errors = load_sources_report(path)
+    if errors:
+        raise ValueError("\n".join(e.message for e in errors))
     return sources

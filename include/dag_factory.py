@@ -18,12 +18,15 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, Param
 
-from include.config import SourceConfig, load_sources
+from include.config import SourceConfig, SourceError, load_sources_report
 from include.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["build_dag", "build_dags", "index_asset", "schedule_for"]
+__all__ = ["INVALID_SOURCES_KEY", "InvalidSourcesError", "build_dag", "build_dags", "index_asset", "schedule_for"]
+
+# build_dags() key of the object that reports invalid sources (never a DAG id: ids are sync_*)
+INVALID_SOURCES_KEY = "tributary_invalid_sources"
 
 # Connectors whose fetch stage waits in the triggerer instead of a worker slot. Kept here as
 # names (not imports) so that parsing DAG files never imports connector libraries.
@@ -120,7 +123,7 @@ def index_asset(source: SourceConfig) -> Asset:
 
 
 def _fetch_operator(source: SourceConfig) -> type:
-    dotted = source.options.get("fetch_operator") or _FETCH_OPERATORS.get(source.kind)
+    dotted = source.engine_options.fetch_operator or _FETCH_OPERATORS.get(source.kind)
     if not dotted:
         from plugins.operators.sync import FetchOperator
 
@@ -285,7 +288,42 @@ def build_dag(source: SourceConfig) -> DAG:
     return dag
 
 
+class InvalidSourcesError(ValueError):
+    """Sources of the sources file that do not validate (fields or options): their DAGs are not built."""
+
+
+class _InvalidSourcesReport(DAG):
+    """Carries the invalid sources' errors to the DAG processor as an import error of the DAG file.
+
+    Airflow records import errors per file, and an exception raised while the file runs would
+    take every source's DAG down with it. ``DagBag`` calls ``validate()`` on each DAG before
+    bagging it and records a failure as an import error of the file while it keeps the file's
+    other DAGs: so the valid sources keep their DAGs (and schedules), the UI's "DAG import errors"
+    names each bad source and key, and this object itself is never bagged.
+    """
+
+    def __init__(self, errors: list[SourceError]) -> None:
+        super().__init__(dag_id=INVALID_SOURCES_KEY, schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+        self.errors = errors
+
+    def validate(self) -> None:
+        names = ", ".join(e.dag_id or e.label for e in self.errors)
+        lines = "\n".join(e.message for e in self.errors)
+        raise InvalidSourcesError(f"{len(self.errors)} source(s) not built ({names}):\n{lines}")
+
+
 def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
-    """Every configured source's DAG, keyed by DAG id."""
-    sources = load_sources(sources_file or get_settings().sources_file)
-    return {src.dag_id: build_dag(src) for src in sources}
+    """Every valid configured source's DAG, keyed by DAG id.
+
+    Invalid sources (a typo'd option, a credential in the config...) get no DAG; when there are
+    any, the result also holds, under :data:`INVALID_SOURCES_KEY`, the object that makes the DAG
+    processor report them as the file's import error (see :class:`_InvalidSourcesReport`).
+    """
+    path = sources_file or get_settings().sources_file
+    sources, errors = load_sources_report(path)
+    dags: dict[str, DAG] = {src.dag_id: build_dag(src) for src in sources}
+    for error in errors:
+        log.error("source not built: %s", error.message)
+    if errors:
+        dags[INVALID_SOURCES_KEY] = _InvalidSourcesReport(errors)
+    return dags

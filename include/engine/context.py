@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.config import SourceConfig, load_sources
+from include.config import SourceConfig, load_sources_report
 from include.settings import get_settings
 from include.staging import StagingArea
 
@@ -81,11 +81,19 @@ class RunContext:
 
 
 def get_source(name: str) -> SourceConfig:
-    """Look a source up by ``kind:name``, DAG id or bare name in the configured sources file."""
+    """Look a source up by ``kind:name``, DAG id or bare name in the configured sources file.
+
+    Another source's bad entry does not stop this one (its DAG was built from the same file);
+    asking for an invalid source raises its validation error.
+    """
     settings = get_settings()
-    for src in load_sources(settings.sources_file):
+    sources, errors = load_sources_report(settings.sources_file)
+    for src in sources:
         if name in (src.source_id, src.dag_id, src.name):
             return src
+    for error in errors:
+        if name in (error.label, error.dag_id, error.label.partition(":")[2]):
+            raise ValueError(error.message)
     raise KeyError(f"source {name!r} not found in {settings.sources_file}")
 
 

@@ -25,6 +25,47 @@ def open_connector(ctx: RunContext) -> Connector:
     return cls(ctx.source, ConnectorContext(redis_url=get_settings().redis_url, run_id=ctx.run_id, log=log))
 
 
+def _canonical_keys(connector: Connector, keys: list[str] | None) -> list[str] | None:
+    """``only_keys`` in the connector's canonical form, first spelling first, duplicates dropped.
+
+    Every entry point (trigger form and REST conf through the DAG's params, the CLI's
+    ``--only-key``, ``run_pipeline(params=...)``) reaches the engine here.
+    """
+    if not keys:
+        return None
+    canonical: dict[str, None] = {}
+    for number, key in enumerate(keys):
+        try:
+            canonical[connector.canonical_key(str(key))] = None
+        except ValueError as exc:
+            # the reason, not the key: a refused key may be a URL carrying a token
+            raise ValueError(f"only_keys: entry #{number} is not an item key of this source: {exc}") from None
+    return list(canonical)
+
+
+def _known_versions(
+    ctx: RunContext, states: dict[str, ItemState], processing: str
+) -> tuple[dict[str, VersionEvidence], set[str]]:
+    """(stored versions the connector may trust, keys that must be re-fetched regardless).
+
+    Items whose stored version must not be trusted are withheld from the connector, which then
+    treats them as new (no validators sent): full resync, changed parser/chunker options, named
+    in ``only_keys``.
+    """
+    params = ctx.params
+    only = set(params.only_keys or ())
+    known: dict[str, VersionEvidence] = {}
+    forced: set[str] = set()
+    for key, st in states.items():
+        if not st.indexed:
+            continue
+        if params.full_resync or st.processing_hash != processing or key in only:
+            forced.add(key)
+            continue
+        known[key] = st.version or VersionEvidence()
+    return known, forced
+
+
 def _v(st: ItemState) -> dict[str, Any] | None:
     return st.version.to_dict() if st.version else None
 
@@ -64,31 +105,23 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         return {"run_id": ctx.run_id, "plan": str(plan_file), "batches": batches}
     states = store.items(source.source_id)
     processing = source.processing_hash()
-    quarantine_after = int(source.options.get("quarantine_after", 5))
-
-    # Items whose stored version must not be trusted are withheld from the connector, which then
-    # treats them as new (no validators sent): full resync, changed parser/chunker options.
-    known: dict[str, VersionEvidence] = {}
-    forced: set[str] = set()
-    for key, st in states.items():
-        if not st.indexed:
-            continue
-        if params.full_resync or st.processing_hash != processing or (params.only_keys and key in params.only_keys):
-            forced.add(key)
-            continue
-        known[key] = st.version or VersionEvidence()
-
-    request = DiscoveryRequest(
-        known=known,
-        window_start=params.window_start,
-        window_end=params.window_end,
-        max_items=params.max_items or source.max_items,
-        full_resync=params.full_resync,
-        only_keys=params.only_keys,
-        stage=staging.stage_raw,
-    )
+    quarantine_after = source.engine_options.quarantine_after
     with open_connector(ctx) as connector:
+        # Before anything compares them with stored state: a key spelled differently from the
+        # connector's own keys would otherwise be fetched and indexed as a second document.
+        params.only_keys = _canonical_keys(connector, params.only_keys)
+        known, forced = _known_versions(ctx, states, processing)
+        request = DiscoveryRequest(
+            known=known,
+            window_start=params.window_start,
+            window_end=params.window_end,
+            max_items=params.max_items or source.max_items,
+            full_resync=params.full_resync,
+            only_keys=params.only_keys,
+            stage=staging.stage_raw,
+        )
         found: Discovery = connector.discover(request)
+    only = set(params.only_keys or ())
 
     entries: dict[str, dict[str, Any]] = {}
     skipped: list[dict[str, Any]] = []
@@ -101,7 +134,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             if key in states and states[key].indexed:
                 explicit_deletes[key] = change.reason or "deleted at source"
             continue
-        if params.only_keys and key not in params.only_keys:
+        if only and key not in only:
             continue
         st = states.get(key)
         if change.kind is ChangeKind.UNCHANGED and key in forced:

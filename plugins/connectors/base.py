@@ -126,6 +126,19 @@ class Connector(abc.ABC):
                 failures.append((change.item_key, FetchError(f"{type(exc).__name__}: {exc}")))
         return docs, failures
 
+    def canonical_key(self, key: str) -> str:
+        """The item key ``key`` names, in the form :meth:`discover` reports keys.
+
+        The engine passes every key a user supplies (``only_keys`` from the trigger form, the
+        REST API's conf, the CLI) through this before comparing it with stored state, so two
+        spellings of one item never become two documents. Raises ``ValueError`` for a key that
+        cannot name an item of this source. The default only trims surrounding whitespace.
+        """
+        canonical = key.strip()
+        if not canonical:
+            raise ValueError("an empty item key")
+        return canonical
+
     def list_keys(self) -> set[str] | None:
         """Every current item key, or None when the source cannot list completely.
 

@@ -54,3 +54,46 @@ def test_factory_builds_one_dag_per_source_with_the_pipeline(tmp_path: Path, mon
     assert dag.default_args["retries"] >= 0 and dag.default_args["retry_exponential_backoff"]
     summary = dag.get_task("summary")
     assert [o.uri for o in summary.outlets] == ["tributary://index/sqlite/tributary"]
+
+
+def test_dagbag_reports_a_typo_option_and_keeps_the_other_sources(
+    no_network: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A typo (``max_page``) fails when the DAG file is parsed, not when a run starts: the file's
+    import error names the source and the key; the valid sources keep their DAGs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    sources = write_sources(
+        tmp_path / "s.yaml",
+        [
+            {"kind": "web", "name": "good", "options": {"seeds": ["https://example.org/"], "quarantine_after": 3}},
+            {"kind": "web", "name": "typo", "options": {"seeds": ["https://example.org/"], "max_page": 10}},
+            {"kind": "files", "name": "share", "options": {"root": str(tmp_path)}},
+        ],
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert set(bag.dags) == {"sync_web_good", "sync_files_share"}
+    [(path, error)] = bag.import_errors.items()
+    assert path.endswith("tributary_sources.py")
+    assert "sync_web_typo" in error and "web:typo" in error
+    assert "options.max_page: unknown option (did you mean max_pages?)" in error
+    assert no_network == []
+
+
+def test_dagbag_refuses_a_seed_carrying_an_access_token(
+    no_network: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token in a seed URL would become an item key (lineage, UI, logs): refused at parse,
+    pointing at the Airflow Connection, without the token in the error."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    token = "tok-3f9a1c77e2"
+    seed = f"https://example.org/docs/?page=1&access_token={token}"
+    sources = write_sources(tmp_path / "s.yaml", [{"kind": "web", "name": "leaky", "options": {"seeds": [seed]}}])
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.dags == {}
+    [error] = bag.import_errors.values()
+    assert "web:leaky" in error and "access_token" in error and "Airflow Connection" in error
+    assert token not in error

@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import mimetypes
+import posixpath
 from pathlib import Path
 
+from include.config import SourceConfig
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
-from plugins.connectors.base import Connector, Discovery, DiscoveryRequest, FetchError, register_connector
+from plugins.connectors.base import (
+    Connector,
+    ConnectorContext,
+    Discovery,
+    DiscoveryRequest,
+    FetchError,
+    register_connector,
+)
+from plugins.connectors.files.options import FilesOptions
 
 __all__ = ["FilesConnector"]
 
@@ -22,13 +32,32 @@ __all__ = ["FilesConnector"]
 class FilesConnector(Connector):
     kind = "files"
 
+    def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
+        super().__init__(source, context)
+        self.options = FilesOptions.model_validate(source.options)
+
     @property
     def root(self) -> Path:
-        return Path(self.source.options["root"]).expanduser().resolve()
+        return Path(self.options.root).expanduser().resolve()
+
+    def canonical_key(self, key: str) -> str:
+        """A file's key is its POSIX path relative to the root: ``./a//b.md`` and an absolute path
+        under the root name the same file as ``a/b.md``."""
+        text = key.strip()
+        path = Path(text).expanduser()
+        if path.is_absolute():
+            try:
+                text = path.resolve().relative_to(self.root).as_posix()
+            except ValueError:
+                raise ValueError(f"{key!r} is not under the source root {self.root}") from None
+        norm = posixpath.normpath(text)
+        if norm in (".", "") or norm == ".." or norm.startswith("../"):
+            raise ValueError(f"{key!r} does not name a file under the source root")
+        return norm
 
     def _files(self) -> list[Path]:
-        include = self.source.options.get("include") or ["**/*"]
-        exclude = self.source.options.get("exclude") or []
+        include = self.options.include or ["**/*"]
+        exclude = self.options.exclude
         found: set[Path] = set()
         for pattern in include:
             found.update(p for p in self.root.glob(pattern) if p.is_file() and not p.is_symlink())
@@ -64,7 +93,7 @@ class FilesConnector(Connector):
         path = (self.root / change.item_key).resolve()
         if not path.is_relative_to(self.root):
             raise FetchError(f"{change.item_key} escapes the source root", reason="path_traversal", retryable=False)
-        limit = int(self.source.options.get("max_file_bytes", 100 * 1024 * 1024))
+        limit = self.options.max_file_bytes
         try:
             size = path.stat().st_size
             if size > limit:

@@ -23,7 +23,7 @@ import concurrent.futures
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from include.config import SourceConfig
 from include.contract import Change, RawDocument
@@ -36,10 +36,11 @@ from plugins.connectors.base import (
     FetchError,
     register_connector,
 )
+from plugins.connectors.web.auth import CredentialScope
 from plugins.connectors.web.cache import LinkCache
 from plugins.connectors.web.crawler import Crawler
 from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
-from plugins.connectors.web.options import WebOptions
+from plugins.connectors.web.options import WebOptions, canonical_page_url
 from plugins.connectors.web.politeness import make_politeness
 from plugins.connectors.web.ssrf import AddressGuard
 from plugins.connectors.web.urls import file_name_for
@@ -66,6 +67,17 @@ class WebConnector(Connector):
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)
         self.options = WebOptions.model_validate(source.options)
+
+    def canonical_key(self, key: str) -> str:
+        """A page's key is its canonical URL (the crawler's, ``urls.canonicalize``): the fragment
+        and dot segments go, so ``faq.html#answers`` and ``/./faq.html`` name ``/faq.html``. A
+        key without a scheme is resolved against the first seed (RFC 3986 s5.2)."""
+        text = key.strip()
+        if not text:
+            raise ValueError("an empty page URL")
+        if not urlsplit(text).scheme:
+            text = urljoin(self.options.seeds[0], text)
+        return canonical_page_url(text)
 
     # ------------------------------------------------------------------ wiring
 
@@ -107,6 +119,7 @@ class WebConnector(Connector):
             headers={**o.headers, **headers},
             cookies=cookies,
             auth=auth,
+            credential_scope=CredentialScope(o.seeds, o.scope),
         )
         guard = AddressGuard(allow=o.allowlist, allow_private=o.allow_private_networks)
         fetcher = Fetcher(config, guard, make_politeness(self._redis_url()))
@@ -126,8 +139,10 @@ class WebConnector(Connector):
         if request.only_keys:
             # Re-process named pages only: fetch exactly those, follow nothing. The listing is
             # then partial by construction, so it never drives deletions.
-            options = options.model_copy(
-                update={"seeds": list(request.only_keys), "max_depth": 0, "use_sitemaps": False}
+            # Validated, not model_copy'd: the seeds validator canonicalises each key.
+            seeds = [self.canonical_key(k) for k in request.only_keys]
+            options = WebOptions.model_validate(
+                {**options.model_dump(), "seeds": seeds, "max_depth": 0, "use_sitemaps": False}
             )
         fetcher = self._fetcher()
         cache = LinkCache(self._cache_path())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from include.config import EngineOptions, url_secret
 from plugins.connectors.web.urls import canonicalize
 
-__all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_USER_AGENT", "WebOptions"]
+__all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_USER_AGENT", "WebOptions", "canonical_page_url"]
 
 DEFAULT_USER_AGENT = "Tributary/0.1 (knowledge-base sync crawler; operators set options.user_agent with a contact URL)"
 
@@ -28,7 +30,24 @@ DEFAULT_CONTENT_TYPES = [
 ]
 
 
-class WebOptions(BaseModel):
+def canonical_page_url(url: str) -> str:
+    """The canonical form of a page URL that may become an item key (a seed, an ``only_keys``
+    entry): refused when it carries a credential, since item keys are shown in lineage, the UI
+    and logs, and canonicalisation would keep a token query parameter (or silently drop userinfo).
+    """
+    secret = url_secret(url)
+    if secret is None and urlsplit(url.strip()).username is not None:
+        secret = "a user name (userinfo)"
+    if secret is not None:
+        raise ValueError(
+            f"a page URL with {secret} is refused: it would become an item key shown in lineage and "
+            "the UI; put the credential in the Airflow Connection named by conn_id (login/password for "
+            'basic auth, extra {"headers": {...}} or {"cookies": {...}})'
+        )
+    return canonicalize(url)
+
+
+class WebOptions(EngineOptions):
     """``options`` of a ``kind: web`` source.
 
     Scope: ``seeds`` (start URLs), ``scope`` (``host``: the seeds' hosts; ``domain``: their
@@ -43,10 +62,11 @@ class WebOptions(BaseModel):
     (non-secret; secrets belong in the Airflow Connection), ``content_types``.
     Safety: ``allow_private_networks`` / ``allowlist`` (IPs, CIDRs or host names the SSRF
     guard lets through), trap guards ``max_url_length`` / ``max_query_params`` /
-    ``max_segment_repeats``. ``log_every``: a progress line every N pages.
+    ``max_segment_repeats``. ``log_every``: a progress line every N pages. Plus the engine's
+    options (:class:`~include.config.EngineOptions`: ``quarantine_after``, ...).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     seeds: list[str] = Field(min_length=1)
     scope: Literal["host", "domain"] = "host"
@@ -82,7 +102,7 @@ class WebOptions(BaseModel):
     @field_validator("seeds")
     @classmethod
     def _canonical_seeds(cls, seeds: list[str]) -> list[str]:
-        return [canonicalize(s) for s in seeds]
+        return [canonical_page_url(s) for s in seeds]
 
     @property
     def robots_agent(self) -> str:

@@ -1,0 +1,53 @@
+"""Options of a Feishu drive source (``SourceConfig.options`` for ``kind: feishu``).
+
+Validated when the sources file is loaded (DAG parse), so a typo fails there, naming the key;
+the connector still reads ``source.options`` itself (issue 21 moves it onto this model).
+Kept free of the connector's imports: loading a sources file imports only this module's
+dependencies (pydantic, ``include.config``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from include.config import EngineOptions
+
+__all__ = ["FeishuClientOptions", "FeishuOptions"]
+
+
+class FeishuClientOptions(BaseModel):
+    """``options.client``: HTTP client tuning (seconds, attempts)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    timeout: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1)
+    rate_limit_max_wait: float | None = Field(default=None, ge=0)
+    token_margin: float | None = Field(default=None, ge=0)
+
+
+class FeishuOptions(EngineOptions):
+    """``options`` of a ``kind: feishu`` source (see ``plugins/connectors/feishu/connector.py``).
+
+    ``folders`` (folder tokens, ``root`` for the app's root folder), ``wiki_spaces`` (space ids,
+    or ``all``), ``types`` (file types to sync), ``export_formats`` (type -> export extension),
+    ``tenant_url`` (the tenant's web address, for document links), ``max_file_bytes``, export
+    waiting (``export_deadline_seconds``, ``export_poll_interval``, ``export_poll_max_interval``,
+    ``deferrable``), ``client`` (:class:`FeishuClientOptions`), ``rate_limits`` (per-API
+    ``[[max requests, window seconds], ...]`` overrides). Plus the engine's options.
+    """
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    folders: list[str] = Field(default_factory=list)
+    wiki_spaces: list[str] | str | None = None
+    types: list[str] | None = None
+    export_formats: dict[str, str] = Field(default_factory=dict)
+    tenant_url: str | None = None
+    max_file_bytes: int = Field(default=100 * 1024 * 1024, ge=1)
+    export_deadline_seconds: float = Field(default=900, gt=0)
+    export_poll_interval: float = Field(default=1.0, gt=0)
+    export_poll_max_interval: float = Field(default=8.0, gt=0)
+    deferrable: bool = True
+    client: FeishuClientOptions = Field(default_factory=FeishuClientOptions)
+    rate_limits: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
