@@ -9,26 +9,35 @@ HTML (linked from Airflow's navigation):
 JSON: the same under /api/... (the dicts of ``include.lineage``).
 
 Every route requires an Airflow user (the API server's JWT, as a bearer token or the UI's
-cookie): lineage names documents and errors, which are no one else's business.
+cookie): lineage names documents and errors, which are no one else's business. A missing,
+expired, forged or unreadable token is answered 401 with ``WWW-Authenticate: Bearer`` (RFC 6750
+s3.1), never an error page. ``limit`` is 1..500; anything else is a 422, not a silent clamp.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from include import lineage
 from include.stores import StateStore
 
-__all__ = ["create_app"]
+__all__ = ["MAX_LIMIT", "create_app"]
+
+log = logging.getLogger("tributary.ui")
 
 _TEMPLATES = Path(__file__).parent / "templates"
+MAX_LIMIT = 500
+# ``?limit=``: validated, not clamped (``min(limit, 500)`` let ``-1`` through: SQLite reads a
+# negative LIMIT as "no limit", so one request could read the whole run log).
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"1..{MAX_LIMIT}")]
 
 
 def _store() -> Iterator[StateStore]:
@@ -54,18 +63,47 @@ def _sources() -> list[dict[str, Any]]:
     ]
 
 
+def _unauthorized(detail: str, error: str | None = "invalid_token") -> HTTPException:
+    """401 with the challenge RFC 6750 s3 requires; ``error`` only when a token was presented."""
+    challenge = f'Bearer realm="tributary", error="{error}"' if error else 'Bearer realm="tributary"'
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": challenge})
+
+
+def _presented_token(request: Request) -> str | None:
+    """The bearer token (RFC 6750 s2.1; the scheme is case-insensitive) or else the UI's cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return credentials.strip()
+    return request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+
+
 async def _require_user(request: Request) -> Any:
     """An Airflow user from the API server's JWT: ``Authorization: Bearer`` or the UI's cookie.
+
+    Airflow's ``resolve_user_from_token`` answers an invalid token 403 ("Invalid JWT token") and
+    translates only pyjwt's ``InvalidTokenError``: anything else its validator or the auth
+    manager raises would surface as a 500. Both mean the credentials did not authenticate, which
+    RFC 6750 s3.1 answers 401 ``invalid_token`` (403 is for a valid token lacking scope). The
+    reason is logged by type only: a token is a secret.
 
     Airflow's security module is imported here, not at import time: every Airflow process loads
     the plugin, only the API server serves it.
     """
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
     from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
-    return await resolve_user_from_token(token)
+    token = _presented_token(request)
+    if not token:
+        raise _unauthorized("Not authenticated", error=None)
+    try:
+        return await resolve_user_from_token(token)
+    except HTTPException as exc:
+        # Airflow: 401 for an expired token, 403 for any other invalid one
+        raise _unauthorized("Token expired" if exc.status_code == 401 else "Invalid token") from None
+    except Exception as exc:  # the validator's own failure: still not an authenticated request
+        log.warning("audit request refused: token validation raised %s", type(exc).__name__)
+        raise _unauthorized("Invalid token") from None
 
 
 def _short(value: Any, n: int = 12) -> str:
@@ -99,8 +137,8 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
 
     # ----------------------------------------------------------------------------- JSON
     @app.get("/api/runs")
-    def api_runs(store: Store, source: str | None = None, limit: int = 50) -> Any:
-        return lineage.list_runs(store, source, limit=min(limit, 500))
+    def api_runs(store: Store, source: str | None = None, limit: Limit = 50) -> Any:
+        return lineage.list_runs(store, source, limit=limit)
 
     @app.get("/api/runs/{run_id}")
     def api_run(run_id: str, store: Store, action: str | None = None, source: str | None = None) -> Any:
@@ -122,7 +160,7 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, store: Store) -> HTMLResponse:
         sources = _sources()
-        runs = lineage.list_runs(store, None, limit=500)
+        runs = lineage.list_runs(store, None, limit=MAX_LIMIT)
         known = {s["source"] for s in sources}
         # sources removed from the config still have history worth showing
         sources += [

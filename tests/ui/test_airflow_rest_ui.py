@@ -434,7 +434,11 @@ def test_audit_pages_and_trigger_form_in_chromium(stack: Stack) -> None:
     # lineage is behind Airflow's authentication: a forged token is refused (with
     # simple_auth_manager_all_admins, as here, a request without any token counts as admin)
     forged = httpx.get(f"{stack.base_url}/tributary/api/runs", headers={"Authorization": "Bearer forged"})
-    assert forged.status_code == 403, forged.text
+    assert forged.status_code == 401, forged.text  # RFC 6750 s3.1 invalid_token (Airflow itself says 403)
+    assert 'error="invalid_token"' in forged.headers["www-authenticate"]
+    # the run log is read in pages of at most 500: -1 (SQLite: "no limit") is refused, not clamped
+    for bad in (-1, 0, 501):
+        assert stack.http.get("/tributary/api/runs", params={"limit": bad}).status_code == 422, bad
     runs_json = stack.http.get("/tributary/api/runs", params={"source": "files:audit"}).json()
     backfill = next(r for r in runs_json if r["run_type"] == "backfill")
 
