@@ -13,6 +13,7 @@ import datetime as dt
 import importlib
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,22 @@ _FETCH_OPERATORS = {
 # Airflow validates Params with jsonschema but without a format checker, so "format: date-time"
 # only drives the UI's picker; the pattern is what refuses "last tuesday" at trigger time.
 _ISO_8601 = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$"
+
+
+def _any_case(word: str) -> str:
+    """``token`` -> ``[tT][oO]...``: the pattern also runs in the browser's trigger form, where
+    Python's inline ``(?i)`` flag is not valid JavaScript."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+# A key that is a URL with userinfo or a credential query parameter (the engine's check,
+# include.config.url_secret, is the authority; this refuses the trigger before a run exists).
+_SECRET_WORDS = ("token", "secret", "password", "passwd", "signature", "auth", "api_key", "apikey", "credential")
+_SECRET_KEY_PATTERN = (
+    r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@"
+    rf"|[?&;]([^=&#]*[_-])?({'|'.join(_any_case(w) for w in _SECRET_WORDS)})="
+    rf"|[?&;]({'|'.join(_any_case(w) for w in ('key', 'sig', 'pwd', 'pass'))})="
+)
 
 _PARAMS = {
     "full_resync": Param(
@@ -81,13 +98,14 @@ _PARAMS = {
     "only_keys": Param(
         [],
         type="array",
-        items={"type": "string", "minLength": 1, "maxLength": 2048},
+        items={"type": "string", "minLength": 1, "maxLength": 2048, "not": {"pattern": _SECRET_KEY_PATTERN}},
         uniqueItems=True,
         maxItems=10_000,
         title="Only these items",
         description=(
             "Re-sync exactly these items: page URLs (web), file paths (files), doc tokens (Feishu), "
-            "namespace/slug or doc ids (Yuque). One per line; empty means every item."
+            "namespace/slug or doc ids (Yuque). One per line; empty means every item. A URL carrying a "
+            "credential (token query parameter, user:password@) is refused: use the source's Connection."
         ),
     ),
     "allow_mass_delete": Param(

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from include.config import SourceConfig, load_sources_report
+from include.config import SourceConfig, load_sources_report, url_secret
 from include.settings import get_settings
 from include.staging import StagingArea
 
@@ -18,6 +18,22 @@ log = logging.getLogger("tributary")
 
 class MassDeleteError(RuntimeError):
     """A run would delete more than the configured share of a source's documents."""
+
+
+def _checked_keys(keys: Any) -> list[str] | None:
+    """``only_keys`` as a list, refusing a URL that carries a credential before the run log (or
+    any state) records it: item keys are shown in lineage, the UI and logs."""
+    if not keys:
+        return None
+    if isinstance(keys, str):
+        keys = [keys]
+    for number, key in enumerate(keys):
+        if secret := url_secret(str(key)):
+            raise ValueError(
+                f"only_keys: entry #{number} is a URL with {secret}; item keys are shown in lineage and the UI, "
+                "so credentials go in the Airflow Connection named by the source's conn_id, never in a key"
+            )
+    return [str(k) for k in keys]
 
 
 @dataclass(slots=True)
@@ -44,7 +60,6 @@ class RunParams:
             parsed = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
-        keys = data.get("only_keys") or None
         return cls(
             full_resync=bool(data.get("full_resync", False)),
             dry_run=bool(data.get("dry_run", False)),
@@ -52,7 +67,7 @@ class RunParams:
             window_start=_dt(data.get("window_start")),
             window_end=_dt(data.get("window_end")),
             allow_mass_delete=bool(data.get("allow_mass_delete", False)),
-            only_keys=list(keys) if keys else None,
+            only_keys=_checked_keys(data.get("only_keys")),
         )
 
     def to_dict(self) -> dict[str, Any]:

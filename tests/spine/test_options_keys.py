@@ -1,0 +1,197 @@
+"""Issue 19 point 9: item keys are canonical wherever they enter, options are typed per kind.
+
+Against a real site (Python's static file server on 127.0.0.1) through the real engine, state
+store and SQLite index: ``only_keys`` spelled differently from the crawler's keys re-syncs the
+page it names instead of indexing a second copy; the engine's own options are accepted by every
+kind; a URL carrying a credential never becomes an item key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from include.config import SourceConfig, validate_options
+from include.engine import run_pipeline
+from include.index import open_index
+from include.stores import open_state_store
+from tests.support.airflow import write_sources
+from tests.web.helpers import serve_directory
+
+PAGES = {
+    "index.html": '<a href="faq.html">FAQ</a> <a href="about.html">About</a> <a href="guide/">Guide</a>',
+    "faq.html": '<h2 id="answers">Answers</h2><p>The ferry leaves at noon.</p>',
+    "about.html": "<p>About the riverbend cooperative.</p>",
+    "guide/index.html": '<a href="boats.html">Boats</a> <a href="nets.html">Nets</a> <a href="docks.html">Docks</a>',
+    "guide/boats.html": "<p>Boats are moored at the east jetty.</p>",
+    "guide/nets.html": "<p>Nets dry on the north wall.</p>",
+    "guide/docks.html": "<p>Docks close at dusk.</p>",
+}
+WEB_OPTIONS: dict[str, Any] = {"delay_seconds": 0, "allowlist": ["127.0.0.1"], "retries": 0, "use_sitemaps": False}
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    root = tmp_path / "www"
+    for name, body in PAGES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"<html><head><title>{name}</title></head><body>{body}</body></html>")
+    with serve_directory(root) as base:
+        yield root, base
+
+
+def _web_source(base: str, **options: Any) -> SourceConfig:
+    return SourceConfig(kind="web", name="site", options={"seeds": [base + "/"], **WEB_OPTIONS, **options})
+
+
+def _documents(source: SourceConfig) -> tuple[set[str], int]:
+    """(indexed item keys in the state store, chunks in the index) of a source."""
+    store = open_state_store()
+    try:
+        keys = {k for k, st in store.items(source.source_id).items() if st.indexed}
+    finally:
+        store.close()
+    index = open_index(source.index)
+    try:
+        return keys, index.count(source=source.source_id)
+    finally:
+        index.close()
+
+
+def test_only_keys_with_a_fragment_or_dot_segment_resyncs_the_page_it_names(site, tributary_home: Path) -> None:
+    _, base = site
+    source = _web_source(base)
+    first = run_pipeline(source)
+    assert first.status == "success" and first.counts["new"] == 7
+    keys, chunks = _documents(source)
+    assert len(keys) == 7 and f"{base}/faq.html" in keys
+
+    again = run_pipeline(source, {"only_keys": [f"{base}/faq.html#answers", f"{base}/./faq.html", "faq.html"]})
+    assert again.status == "success"
+    assert again.counts["changed"] + again.counts["unchanged"] == 1 and again.counts["new"] == 0
+    assert _documents(source) == (keys, chunks)  # 7 documents, not 9
+
+
+def test_only_keys_from_the_cli_are_canonical(site, tributary_home: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    from include.cli import main
+
+    _, base = site
+    sources = write_sources(
+        tmp_path / "sources.yaml",
+        [{"kind": "web", "name": "site", "schedule": None, "options": {"seeds": [base + "/"], **WEB_OPTIONS}}],
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    assert main(["sync", "web:site", "--json"]) == 0
+    source = _web_source(base)
+    keys, chunks = _documents(source)
+    capsys.readouterr()
+    assert main(["sync", "web:site", "--only-key", "/./guide/boats.html#moorings", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["status"] == "success" and summary["counts"]["new"] == 0
+    assert _documents(source) == (keys, chunks)
+
+
+def test_only_keys_carrying_a_token_are_refused_before_anything_is_fetched(site, tributary_home: Path) -> None:
+    _, base = site
+    source = _web_source(base)
+    token = "tok-8d1e55b0aa"
+    with pytest.raises(ValueError, match="Airflow Connection") as info:
+        run_pipeline(source, {"only_keys": [f"{base}/faq.html?access_token={token}"]})
+    assert token not in str(info.value) and "access_token" in str(info.value)
+    assert _documents(source) == (set(), 0)
+    store = open_state_store()
+    try:
+        assert store.runs(source.source_id) == []  # refused before the run log recorded the key
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["https://example.org/faq.html?access_token=t0k", "https://example.org/?sig=t0k", "https://bob:t0k@example.org/"],
+)
+def test_the_trigger_form_refuses_a_key_carrying_a_credential(key: str) -> None:
+    """Airflow validates Params when a run is triggered (UI form, REST conf): the run never exists."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from include.dag_factory import build_dag
+
+    dag = build_dag(SourceConfig(kind="web", name="x", options={"seeds": ["https://example.org/"]}))
+    param = dag.params.get_param("only_keys")
+    assert param.resolve(value=["https://example.org/faq.html#answers", "notes/a.md"])
+    with pytest.raises(ParamValidationError):
+        param.resolve(value=["https://example.org/", key])
+
+
+def test_quarantine_after_is_accepted_and_applied_on_a_web_source(site, tributary_home: Path) -> None:
+    """A page that fails to parse is skipped once it failed ``quarantine_after`` runs in a row
+    (the web options model used to refuse the key the engine reads)."""
+    root, base = site
+    (root / "broken.pdf").write_bytes(b"%PDF-1.7\n" + b"\x00garbage" * 64)  # no xref, no objects
+    (root / "index.html").write_text(
+        "<html><body>" + PAGES["index.html"] + ' <a href="broken.pdf">report</a></body></html>'
+    )
+    source = _web_source(base, quarantine_after=1)
+    first = run_pipeline(source)
+    assert first.counts["failed"] == 1
+    second = run_pipeline(source)
+    assert second.counts["failed"] == 0 and second.counts["skipped"] == 1
+    store = open_state_store()
+    try:
+        [skipped] = store.run_items(second.run_id, action="skipped", source=source.source_id)
+    finally:
+        store.close()
+    assert skipped["item_key"] == f"{base}/broken.pdf" and "quarantined after 1" in skipped["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("web", {"seeds": ["https://example.org/"]}),
+        ("files", {"root": "/srv/share"}),
+        ("feishu", {"folders": ["fldcnX"]}),
+        ("yuque", {"namespaces": ["alice/kb"]}),
+    ],
+)
+def test_every_kind_accepts_the_engine_options_and_refuses_a_typo(kind: str, options: dict[str, Any]) -> None:
+    engine = {"quarantine_after": 3, "window_overlap_minutes": 10}
+    validated = validate_options(SourceConfig(kind=kind, name="x", options={**options, **engine}))
+    assert (validated.quarantine_after, validated.window_overlap_minutes) == (3, 10)
+    with pytest.raises(
+        ValueError, match=r"options\.quarantine_afer: unknown option \(did you mean quarantine_after\?\)"
+    ):
+        validate_options(SourceConfig(kind=kind, name="x", options={**options, "quarantine_afer": 3}))
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("https://example.org/?access_token=s3cr3tvalue", "access_token"),
+        ("https://example.org/feed?format=rss&api_key=s3cr3tvalue", "api_key"),
+        ("https://example.org/file?X-Amz-Signature=s3cr3tvalue", "X-Amz-Signature"),
+        ("https://example.org/?key=s3cr3tvalue", "key"),
+        ("https://alice:s3cr3tvalue@example.org/", "a password"),
+        ("https://alice@example.org/", "user name"),
+    ],
+)
+def test_a_seed_carrying_a_credential_is_refused(url: str, named: str) -> None:
+    with pytest.raises(ValueError) as info:
+        validate_options(SourceConfig(kind="web", name="x", options={"seeds": [url]}))
+    message = str(info.value)
+    assert named in message and "Airflow Connection" in message and "s3cr3tvalue" not in message
+
+
+def test_files_only_keys_name_the_file_however_spelled(tmp_path: Path, tributary_home: Path) -> None:
+    root = tmp_path / "share"
+    (root / "notes").mkdir(parents=True)
+    (root / "notes" / "a.md").write_text("# A\n\nThe heron colony nests in March.\n")
+    (root / "b.md").write_text("# B\n\nThe ferry runs hourly.\n")
+    source = SourceConfig(kind="files", name="share", options={"root": str(root)})
+    assert run_pipeline(source).counts["new"] == 2
+    before = _documents(source)
+    again = run_pipeline(source, {"only_keys": ["./notes//a.md", str(root / "notes" / "a.md")]})
+    assert again.status == "success" and again.counts["new"] == 0
+    assert _documents(source) == before
