@@ -9,6 +9,8 @@ audit page in the Airflow UI (``include.ui``) both call these, so the two never 
 - :func:`chunk_lineage`: a chunk id to the run that wrote it, the source version it came from
   and the stages (parser, chunker, timings) it went through.
 - :func:`diff_runs`: what differs between two runs, item by item.
+- :func:`parser_warnings`: what a parser said it could not do (``needs_ocr`` ...), as the
+  ``warnings`` field of an item's lineage row.
 
 Every value returned is plain JSON (datetimes as ISO strings), so callers can ``json.dumps`` it.
 """
@@ -16,6 +18,7 @@ Every value returned is plain JSON (datetimes as ISO strings), so callers can ``
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -31,10 +34,40 @@ __all__ = [
     "item_history",
     "jsonable",
     "list_runs",
+    "parser_warnings",
     "run_report",
+    "warnings_text",
 ]
 
 ACTIONS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
+
+# ParsedDocument.metadata keys that say the text in the index is not the whole document: pages
+# that are only images (needs OCR), content cut at a size cap, parts left out (hidden sheets,
+# unreadable lines). By convention a parser may also report ``truncated*`` / ``*_skipped`` /
+# ``skipped_*`` keys or a ``warnings`` list; those are carried too.
+_WARNING_KEYS = ("needs_ocr", "ocr_pages", "truncated", "invalid_lines", "hidden_sheets_skipped", "warnings")
+_MAX_WARNING_CHARS = 2000  # a lineage row stays small whatever a parser put in its metadata
+
+
+def _is_warning_key(key: str) -> bool:
+    return key in _WARNING_KEYS or key.startswith(("truncated", "skipped_")) or key.endswith("_skipped")
+
+
+def parser_warnings(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The warnings in a parser's metadata, ``{}`` when it had none (falsy values are no warning)."""
+    found: dict[str, Any] = {}
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not _is_warning_key(key) or value in (None, False, 0, "", [], {}):
+            continue
+        value = jsonable(value)
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        found[key] = value if len(text) <= _MAX_WARNING_CHARS else text[:_MAX_WARNING_CHARS] + "…"
+    return found
+
+
+def warnings_text(warnings: Mapping[str, Any] | None) -> str:
+    """``needs_ocr, ocr_pages=[1, 3]``: one line for the CLI and the audit pages."""
+    return ", ".join(k if v is True else f"{k}={v}" for k, v in (warnings or {}).items())
 
 
 def jsonable(value: Any) -> Any:
@@ -71,6 +104,7 @@ def _item_row(item: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("chunks_added", "chunks_kept", "chunks_removed"):
         row[key] = row.get(key) or []
     row["stage_ms"] = row.get("stage_ms") or {}
+    row["warnings"] = row.get("warnings") or {}
     return row
 
 
@@ -86,11 +120,14 @@ def run_report(
         return None
     all_items = store.run_items(run_id, source=run["source"])
     tally = Counter(i["action"] for i in all_items)
+    warned = Counter(k for i in all_items for k in (i.get("warnings") or {}))
     items = [i for i in all_items if action is None or i["action"] == action]
     return {
         "run": _run_row(run),
         "index": {"backend": run.get("index_backend"), "name": run.get("index_name")},
         "actions": {a: tally.get(a, 0) for a in ACTIONS},
+        # how many items carry each parser warning (e.g. {"needs_ocr": 3})
+        "warnings": dict(sorted(warned.items())),
         "filter": action,
         "items": [_item_row(i) for i in items],
     }
@@ -180,6 +217,7 @@ def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -
                 "chunker_options_hash": lineage["chunker_options_hash"],
                 "stage_ms": lineage["stage_ms"],
                 "byte_size": lineage["byte_size"],
+                "warnings": lineage["warnings"],
             }
             if lineage
             else None

@@ -126,7 +126,9 @@ def _run_link(run: dict[str, Any]) -> str | None:
 
 def create_app(*, require_auth: bool = True) -> FastAPI:
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(["html"]))
-    env.filters.update(short=_short, version=_version, q=lambda s: quote(str(s), safe=""))
+    env.filters.update(
+        short=_short, version=_version, q=lambda s: quote(str(s), safe=""), warnings=lineage.warnings_text
+    )
     env.globals.update(run_link=_run_link, actions=lineage.ACTIONS)
     deps = [Depends(_require_user)] if require_auth else []
     app = FastAPI(title="Tributary audit", dependencies=deps, docs_url=None, redoc_url=None, openapi_url=None)
