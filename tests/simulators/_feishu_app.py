@@ -29,6 +29,9 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             sim.counters["token_requests"] += 1
             if not isinstance(body, dict) or not body.get("app_id") or not body.get("app_secret"):
                 return sim._err(400, 10003, "invalid param")
+            if sim.token_error is not None:
+                status, code, msg = sim.token_error
+                return JSONResponse({"code": code, "msg": msg}, status_code=status)
             if body["app_id"] != sim.app_id or body["app_secret"] != sim.app_secret:
                 return JSONResponse({"code": 10014, "msg": "app secret invalid"})
             now = sim.now()
@@ -56,8 +59,13 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             return sim._err(400, 1061002, "params error")
         if page_size > 200 or page_size < 1:
             return sim._err(400, 1064001, "page size out of limit")
+        order_by, direction = q.get("order_by") or "EditedTime", q.get("direction") or "DESC"
+        if order_by not in ("EditedTime", "CreatedTime") or direction not in ("ASC", "DESC"):
+            return sim._err(400, 1061002, "params error")
         with sim._lock:
-            if folder:
+            if folder == sim.root_token:
+                folder = ""  # the root listed by its token: paginated, shortcuts included
+            elif folder:
                 node = sim.items.get(folder)
                 if node is None or node.type != "folder" or node.trashed:
                     return sim._err(404, 1061003, "not found")
@@ -68,19 +76,27 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             children = [
                 i for i in sim.items.values() if i.parent == folder and not i.trashed and i.shared and not i.wiki_space
             ]
-            children.sort(key=lambda i: (-i.modified_time, i.token))  # EditedTime DESC
-            if not folder:  # root: everything, no pagination, no shortcuts
+            # drive-v1 folder/list: order_by EditedTime (default) | CreatedTime, direction DESC
+            # (default) | ASC. The cursor is modelled as an offset into the current order (the
+            # real one is opaque); an offset is what makes an edit mid-walk skip an item.
+            field_of = (lambda i: i.modified_time) if order_by == "EditedTime" else (lambda i: i.created_time)
+            sign = -1 if direction == "DESC" else 1
+            children.sort(key=lambda i: (sign * field_of(i), i.token))
+            if not q.get("folder_token"):  # root: everything, no pagination, no shortcuts
                 return sim._ok(
                     {"files": [sim._listing_entry(i) for i in children if i.type != "shortcut"], "has_more": False}
                 )
             start = int(base64.urlsafe_b64decode(q["page_token"]).decode()) if q.get("page_token") else 0
-            page = children[start : start + page_size]
+            size = min(page_size, sim.list_page_cap or page_size)
+            page = children[start : start + size]
             data: dict[str, Any] = {
                 "files": [sim._listing_entry(i) for i in page],
-                "has_more": start + page_size < len(children),
+                "has_more": start + size < len(children),
             }
             if data["has_more"]:
-                data["next_page_token"] = base64.urlsafe_b64encode(str(start + page_size).encode()).decode()
+                data["next_page_token"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
+            for hook in list(sim.listing_hooks):
+                hook(q.get("folder_token"), start // size)
             return sim._ok(data)
 
     @app.post("/open-apis/drive/v1/metas/batch_query")
@@ -109,7 +125,8 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                             "create_time": str(item.created_time),
                             "latest_modify_user": "ou_simeditor",
                             "latest_modify_time": str(item.modified_time),
-                            "url": f"https://sim.feishu.cn/{item.type}/{item.token}",
+                            # drive-v1 meta batch_query: url only when with_url is true (20.10)
+                            **({"url": sim.url_of(item)} if body.get("with_url") else {}),
                         }
                     )
         return sim._ok({"metas": metas, "failed_list": failed})
@@ -120,16 +137,20 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             return denied
         body = await request.json()
         token, kind, ext = body.get("token", ""), body.get("type", ""), body.get("file_extension", "")
-        if kind not in ONLINE_TYPES or ext not in {"docx", "pdf", "xlsx", "csv"} or not token or len(token) > 27:
+        known_ext = {"docx", "pdf", "xlsx", "csv", "pptx"}
+        if kind not in ONLINE_TYPES or ext not in known_ext or not token or len(token) > 27:
+            return sim._err(400, 1069904, "invalid param")
+        if kind == "slides" and not sim.slides_export:
             return sim._err(400, 1069904, "invalid param")
         if ext not in _ALLOWED_EXT[kind]:
             return sim._err(400, 1069918, "file extension not match type")
-        if ext == "csv" and not body.get("sub_id"):
-            return sim._err(400, 1069904, "sub_id is required for csv")
         with sim._lock:
             item = sim.items.get(token)
             if item is None or item.type != kind:
                 return sim._err(404, 1069914, "invalid file token")
+            # export_task create: CSV exports one sheet/table named by sub_id, else 400 1069904.
+            if ext == "csv" and body.get("sub_id") not in sim.sheet_ids(item):
+                return sim._err(400, 1069904, "invalid param: sub_id")
             if item.trashed:
                 return sim._err(404, 1069906, "docs deleted")
             if not item.shared:
@@ -138,7 +159,9 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             pending = item.export_pending_polls if item.export_pending_polls is not None else sim.export_pending_polls
             render = item.export_render_seconds
             render = sim.export_render_seconds if render is None else render
-            sim._tasks[ticket] = _Task(ticket, token, kind, ext, pending, item.export_status, sim.now() + render)
+            task = _Task(ticket, token, kind, ext, pending, item.export_status, sim.now() + render)
+            task.sub_id = body.get("sub_id")
+            sim._tasks[ticket] = task
             sim.counters["export_creations"] += 1
             sim.export_creations_by_token[token] += 1
         return sim._ok({"ticket": ticket})
@@ -170,9 +193,11 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                 return sim._ok({"result": result})
             item = sim.items[task.token]
             if task.finished_at is None:
-                task.finished_at = sim.now()
+                # The task ends when rendering ends, not when someone polls (the 10-minute
+                # expiry counts from there: export-user-guide); poll-count pending ends now.
+                task.finished_at = task.ready_at if task.pending_polls == 0 else sim.now()
                 if task.status == 0:
-                    task.data = sim._render(item, task.ext)
+                    task.data = sim._render(item, task.ext, task.sub_id)
                     task.file_name = item.name
                     task.file_token = sim._new_token("file")
                     sim._files[task.file_token] = task
@@ -188,6 +213,7 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         with sim._lock:
             task = sim._files.get(file_token)
             if task is None or sim.now() > (task.finished_at or 0) + sim.export_file_ttl:
+                sim.counters["export_downloads_expired"] += 1
                 return sim._err(400, 1060001, "param is invalid")
             sim.counters["export_downloads"] += 1
             name = f"{task.file_name}.{task.ext}"
@@ -219,34 +245,97 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         parent = q.get("parent_node_token") or None
         page_size = min(int(q.get("page_size") or 50), 50)
         with sim._lock:
+            queued = sim.wiki_errors.get(space_id)
+            if queued:  # wiki-v2 error codes: 131001 retry, 131006 no permission, 131007 final
+                status, code = queued.pop(0)
+                return sim._err(status, code, "wiki error")
             nodes = [
                 i
                 for i in sim.items.values()
                 if i.wiki_space == space_id and i.wiki_parent == parent and not i.trashed and i.shared
             ]
             nodes.sort(key=lambda i: i.token)
-            start = int(q["page_token"]) if q.get("page_token") else 0
+            cursor = q.get("page_token") or "0"
+            if sim.wiki_empty_pages and not cursor.startswith("e"):
+                # An empty page that still says has_more (seen on the real API: issue 20.14).
+                return sim._ok({"items": [], "has_more": True, "page_token": f"e{cursor}"})
+            start = int(cursor.lstrip("e"))
             page = nodes[start : start + page_size]
-            items = [
-                {
-                    "space_id": space_id,
-                    "node_token": f"wik{i.token[3:]}",
-                    "obj_token": i.token,
-                    "obj_type": i.type,
-                    "parent_node_token": parent or "",
-                    "has_child": any(c.wiki_parent == f"wik{i.token[3:]}" for c in sim.items.values()),
-                    "title": i.name,
-                    "obj_create_time": str(i.created_time),
-                    "obj_edit_time": str(i.modified_time),
-                    "node_create_time": str(i.created_time),
-                }
-                for i in page
-            ]
+            items = [_wiki_node(sim, space_id, parent, i) for i in page]
             has_more = start + page_size < len(nodes)
             data: dict[str, Any] = {"items": items, "has_more": has_more}
             if has_more:
                 data["page_token"] = str(start + page_size)
         return sim._ok(data)
+
+    @app.get("/open-apis/wiki/v2/spaces")
+    async def wiki_spaces(request: Request) -> Response:
+        if denied := sim._gate(request, "wiki_spaces"):
+            return denied
+        q = request.query_params
+        with sim._lock:
+            spaces = sorted({i.wiki_space for i in sim.items.values() if i.wiki_space})
+        start, size = int(q.get("page_token") or 0), min(int(q.get("page_size") or 20), 50)
+        page = [
+            {"space_id": sid, "name": f"空间 {sid}", "visibility": "private"} for sid in spaces[start : start + size]
+        ]
+        data: dict[str, Any] = {"items": page, "has_more": start + size < len(spaces)}
+        if data["has_more"]:
+            data["page_token"] = str(start + size)
+        return sim._ok(data)
+
+    @app.get("/open-apis/drive/explorer/v2/root_folder/meta")
+    async def root_meta(request: Request) -> Response:
+        if denied := sim._gate(request, "root_meta"):
+            return denied
+        return sim._ok({"token": sim.root_token, "id": "7110000000000000001", "user_id": "7103000000000000001"})
+
+    @app.get("/open-apis/sheets/v3/spreadsheets/{token}/sheets/query")
+    async def sheets_query(token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "sheets_query"):
+            return denied
+        with sim._lock:
+            item = sim._visible(token)
+            if item is None or item.type != "sheet":
+                return sim._err(404, 1310249, "spreadsheet not found")
+            pairs = zip(sim.sheets_of(item), sim.sheet_ids(item), strict=True)
+            sheets = [{"sheet_id": sid, "title": t, "index": n} for n, ((t, _r), sid) in enumerate(pairs)]
+        return sim._ok({"sheets": sheets})
+
+    @app.get("/open-apis/bitable/v1/apps/{token}/tables")
+    async def bitable_tables(token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "bitable_tables"):
+            return denied
+        with sim._lock:
+            item = sim._visible(token)
+            if item is None or item.type != "bitable":
+                return sim._err(404, 1254002, "app not found")
+            pairs = zip(sim.sheets_of(item), sim.sheet_ids(item), strict=True)
+            tables = [{"table_id": sid, "name": t, "revision": 1} for (t, _r), sid in pairs]
+        return sim._ok({"items": tables, "has_more": False, "total": len(tables)})
+
+    @app.get("/open-apis/docx/v1/documents/{token}")
+    async def docx_get(token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "docx_get"):
+            return denied
+        with sim._lock:
+            item = sim._visible(token)
+            if item is None or item.type != "docx":
+                return sim._err(404, 1770002, "not found")
+            doc = {"document_id": item.token, "revision_id": item.revision, "title": item.name}
+        return sim._ok({"document": doc})
+
+    @app.get("/open-apis/docx/v1/documents/{token}/raw_content")
+    async def docx_raw(token: str, request: Request) -> Response:
+        if denied := sim._gate(request, "docx_get"):
+            return denied
+        with sim._lock:
+            item = sim._visible(token)
+            if item is None or item.type != "docx":
+                return sim._err(404, 1770002, "not found")
+            sim.counters["raw_content_reads"] += 1
+            text = "\n".join(line.removeprefix("# ") for line in str(item.content or "").splitlines()) + "\n"
+        return sim._ok({"content": text})
 
     # -------- control plane for other processes and the demo
     @app.get("/_sim/counters")
@@ -269,3 +358,24 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         return {"ok": True}
 
     return app
+
+
+def _wiki_node(sim: FeishuSimulator, space_id: str, parent: str | None, i: Any) -> dict[str, Any]:
+    """A wiki-v2 node. Shortcut nodes carry node_type "shortcut" and the origin's tokens."""
+    node_token = i.token if i.wiki_node_type == "shortcut" else sim.wiki_node_token(i.token)
+    obj = sim.items.get(sim._origin_obj(i)) if i.wiki_node_type == "shortcut" else i
+    return {
+        "space_id": space_id,
+        "node_token": node_token,
+        "obj_token": obj.token if obj else "",
+        "obj_type": i.type,
+        "parent_node_token": parent or "",
+        "node_type": i.wiki_node_type,
+        "origin_node_token": i.wiki_origin if i.wiki_node_type == "shortcut" else node_token,
+        "origin_space_id": space_id,
+        "has_child": any(c.wiki_parent == node_token for c in sim.items.values()),
+        "title": i.name,
+        "obj_create_time": str(i.created_time),
+        "obj_edit_time": str(obj.modified_time if obj else i.modified_time),
+        "node_create_time": str(i.created_time),
+    }

@@ -45,8 +45,26 @@ from tests.support.leakscan import register_secret
 
 __all__ = ["DEMO_ROOT", "FeishuSimulator", "SimItem", "demo_drive"]
 
-ONLINE_TYPES = ("doc", "docx", "sheet", "bitable")
-_ALLOWED_EXT = {"doc": {"docx", "pdf"}, "docx": {"docx", "pdf"}, "sheet": {"xlsx", "csv"}, "bitable": {"xlsx", "csv"}}
+ONLINE_TYPES = ("doc", "docx", "sheet", "bitable", "slides")
+_ALLOWED_EXT = {
+    "doc": {"docx", "pdf"},
+    "docx": {"docx", "pdf"},
+    "sheet": {"xlsx", "csv"},
+    "bitable": {"xlsx", "csv"},
+    "slides": {"pptx"},  # the newest export API / lark-oapi ExportTask (issue 20.11)
+}
+# Listing URL path per type, as the real drive/v1/files answers them (issue 20.10: bitable is
+# /base/, legacy doc /docs/).
+_URL_PATH = {
+    "folder": "drive/folder",
+    "doc": "docs",
+    "docx": "docx",
+    "sheet": "sheets",
+    "bitable": "base",
+    "mindnote": "mindnotes",
+    "slides": "slides",
+    "file": "file",
+}
 _JOB_MSG = {
     0: "success",
     3: "internal error",
@@ -64,8 +82,17 @@ _MIME = {
     "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "pdf": "application/pdf",
     "csv": "text/csv",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
 }
-_PREFIX = {"folder": "fld", "doc": "doc", "docx": "dox", "sheet": "sht", "bitable": "bas", "file": "box"}
+_PREFIX = {
+    "folder": "fld",
+    "doc": "doc",
+    "docx": "dox",
+    "sheet": "sht",
+    "bitable": "bas",
+    "file": "box",
+    "slides": "sld",
+}
 
 
 @dataclass
@@ -88,6 +115,9 @@ class SimItem:
     wiki_parent: str | None = None
     media_type: str | None = None
     list_error: tuple[int, int] | None = None  # (HTTP status, code) answered when listing this folder
+    revision: int = 1  # docx revision_id: +1 per edit
+    wiki_node_type: str = "origin"  # or "shortcut" (then wiki_origin names the origin node)
+    wiki_origin: str | None = None
 
 
 @dataclass
@@ -104,6 +134,7 @@ class _Task:
     finished_at: float | None = None
     data: bytes = b""
     file_name: str = ""
+    sub_id: str | None = None
 
 
 @dataclass
@@ -127,6 +158,18 @@ class FeishuSimulator:
     items: dict[str, SimItem] = field(default_factory=dict)
     counters: Counter = field(default_factory=Counter)
     clock_offset: float = 0.0
+    # --- behaviours of the real service that are configurable where it is uncertain
+    tenant_url: str = "https://sim-tenant.feishu.cn"  # the host of every document URL
+    list_page_cap: int | None = None  # serve at most this many rows per page (a real server may)
+    # APIs that refuse tenant tokens with a permanent 99991663 (issue 20.9: e.g. user-only APIs)
+    tenant_token_refused: set[str] = field(default_factory=set)
+    # (HTTP status, code, msg) answered by the tenant token call (10014/10015: issue 20.9)
+    token_error: tuple[int, int, str] | None = None
+    # wiki space id -> queued (HTTP status, code) answers for its node listing (issue 20.14)
+    wiki_errors: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    wiki_empty_pages: bool = False  # an empty page with has_more: true before every real page
+    slides_export: bool = True  # false: the older export API that refuses slides (1069904)
+    user_refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> user
 
     def __post_init__(self) -> None:
         register_secret("feishu app_secret", self.app_secret)  # the session-end log scan looks for it
@@ -139,6 +182,8 @@ class FeishuSimulator:
         self._seen: dict[str, deque[float]] = {}
         self._seq = itertools.count(1)
         self.export_creations_by_token: Counter = Counter()
+        self.root_token = f"nodcnSimRoot{secrets.token_hex(6)}"  # what root_folder/meta answers
+        self.listing_hooks: list[Any] = []  # fn(folder, page_number) after a page is served
         self.app = self._build_app()
 
     # ----------------------------------------------------------------- control
@@ -162,11 +207,27 @@ class FeishuSimulator:
     def add_shortcut(self, name: str, parent: str, target: str) -> str:
         return self.add("shortcut", name, parent, target=target)
 
+    def wiki_node_token(self, obj_token: str) -> str:
+        return f"wik{obj_token[3:]}"
+
+    def add_wiki_shortcut(self, space: str, origin_obj: str, parent_node: str | None = None) -> str:
+        """A wiki ``shortcut`` node: same obj_token as its origin node, its own node token."""
+        with self._lock:
+            origin = self.items[origin_obj]
+            token = f"wsc{secrets.token_hex(8)}{next(self._seq):04d}"[:27]
+            self.items[token] = SimItem(
+                token, origin.name, origin.type, "", None, origin.modified_time, origin.created_time,
+                wiki_space=space, wiki_parent=parent_node, wiki_node_type="shortcut",
+                wiki_origin=self.wiki_node_token(origin_obj),
+            )  # fmt: skip
+            return token
+
     def edit(self, token: str, content: Any, *, modified_time: int | None = None) -> None:
         with self._lock:
             item = self.items[token]
             item.content = content
             item.modified_time = modified_time or max(int(self.now()), item.modified_time + 1)
+            item.revision += 1
 
     def trash(self, token: str) -> None:
         with self._lock:
@@ -231,6 +292,13 @@ class FeishuSimulator:
                 return self._err(400, 99991671, "Invalid token format.")
             if self._tokens.get(token, 0) <= self.now():
                 self.counters["token_rejections"] += 1
+                if token.startswith("u-"):  # user token expired (generic error-code table)
+                    return self._err(400, 99991677, "user access token expired")
+                return self._err(400, 99991663, "Invalid access token for authorization.")
+            if token.startswith("t-") and api in self.tenant_token_refused:
+                # An API that does not take tenant tokens answers 99991663 for every fresh one
+                # (faq how-to-fix-99991663-error: "or the API does not support tenant tokens").
+                self.counters["token_rejections"] += 1
                 return self._err(400, 99991663, "Invalid access token for authorization.")
             for b in self._bursts:
                 if b.remaining > 0 and (b.api is None or b.api == api):
@@ -260,14 +328,23 @@ class FeishuSimulator:
         item = self.items.get(token)
         return item if item and not item.trashed and item.shared else None
 
+    def _origin_obj(self, shortcut: SimItem) -> str:
+        """The obj_token behind a wiki shortcut node (its origin node's document)."""
+        origin = shortcut.wiki_origin or ""
+        return next((t for t in self.items if self.wiki_node_token(t) == origin), "")
+
+    def url_of(self, item: SimItem) -> str:
+        return f"{self.tenant_url}/{_URL_PATH.get(item.type, item.type)}/{item.token}"
+
     def _listing_entry(self, item: SimItem) -> dict[str, Any]:
-        path = {"folder": "drive/folder", "docx": "docx", "sheet": "sheets", "file": "file"}.get(item.type, item.type)
+        target = self.items.get(item.target or "") if item.type == "shortcut" else None
         out = {
             "token": item.token,
             "name": item.name,
             "type": item.type,
             "parent_token": item.parent,
-            "url": f"https://sim.feishu.cn/{path}/{item.token}",
+            # a shortcut row carries its target's URL (issue 20.10)
+            "url": self.url_of(target or item),
             "created_time": str(item.created_time),
             "modified_time": str(item.modified_time),
             "owner_id": "ou_simowner",
@@ -276,7 +353,7 @@ class FeishuSimulator:
             out["shortcut_info"] = {"target_token": item.target, "target_type": self.items[item.target].type}
         return out
 
-    def _render(self, item: SimItem, ext: str) -> bytes:
+    def _render(self, item: SimItem, ext: str, sub_id: str | None = None) -> bytes:
         if ext == "docx":
             import docx
 
@@ -294,14 +371,45 @@ class FeishuSimulator:
             import openpyxl
 
             wb = openpyxl.Workbook()
-            ws = wb.active
-            ws.title = "Sheet1"
-            for row in item.content or []:
-                ws.append(list(row))
+            wb.remove(wb.active)
+            for title, rows in self.sheets_of(item):
+                ws = wb.create_sheet(title)
+                for row in rows:
+                    ws.append(list(row))
             buf = io.BytesIO()
             wb.save(buf)
             return buf.getvalue()
+        if ext == "csv":
+            import csv
+
+            pairs = zip(self.sheets_of(item), self.sheet_ids(item), strict=True)
+            rows = next((r for (_title, r), sid in pairs if sid == sub_id), [])
+            out = io.StringIO()
+            csv.writer(out).writerows(rows)
+            return out.getvalue().encode("utf-8")
+        if ext == "pptx":
+            import pptx
+
+            deck = pptx.Presentation()
+            for line in str(item.content or "").splitlines():
+                slide = deck.slides.add_slide(deck.slide_layouts[1])
+                slide.shapes.title.text = line
+            buf = io.BytesIO()
+            deck.save(buf)
+            return buf.getvalue()
         return str(item.content).encode("utf-8")
+
+    @staticmethod
+    def sheets_of(item: SimItem) -> list[tuple[str, list]]:
+        """Sheet content: a list of rows (one sheet) or {title: rows} (several)."""
+        if isinstance(item.content, dict):
+            return [(str(k), list(v)) for k, v in item.content.items()]
+        return [("Sheet1", list(item.content or []))]
+
+    def sheet_ids(self, item: SimItem) -> list[str]:
+        """Stable sub ids: sheet ids (6 chars) for sheets, ``tbl…`` table ids for bitables."""
+        prefix = "tbl" if item.type == "bitable" else ""
+        return [f"{prefix}{item.token[-4:]}{i:02d}" for i in range(len(self.sheets_of(item)))]
 
     @staticmethod
     def _disposition(name: str, style: str) -> str:

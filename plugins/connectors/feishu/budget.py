@@ -30,7 +30,14 @@ DEFAULT_LIMITS: dict[str, tuple[tuple[int, float], ...]] = {
     "export_download": ((100, 60.0),),
     "file_download": ((5, 1.0), (10000, 86400.0)),
     "wiki_nodes": ((100, 60.0),),
+    "wiki_spaces": ((100, 60.0),),
+    # docx get and raw_content share the documented 5/s per app.
     "docx_get": ((5, 1.0),),
+    # Not stated in the reference notes: conservative guesses, overridable with rate_limits.
+    "root_meta": ((5, 1.0),),
+    "sheets_query": ((5, 1.0),),
+    "bitable_tables": ((10, 1.0),),
+    "user_token": ((5, 1.0),),
 }
 
 # KEYS: one sorted set per window. ARGV: member, then (limit, window_ms) per key.

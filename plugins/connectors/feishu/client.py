@@ -27,11 +27,21 @@ from plugins.connectors.feishu.errors import (
     FeishuNetworkError,
     FeishuRateLimited,
     FeishuTokenInvalid,
+    FeishuTokenRejected,
+    credentials_error,
     error_from_response,
 )
 from plugins.connectors.feishu.token import TokenCache
 
-__all__ = ["Download", "FeishuClient", "FeishuSettings", "decode_json", "filename_from_disposition", "retry_policy"]
+__all__ = [
+    "Download",
+    "FeishuClient",
+    "FeishuSettings",
+    "decode_json",
+    "filename_from_disposition",
+    "rejected_twice",
+    "retry_policy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +180,20 @@ def _redis_client(url: str | None) -> Any:
     return redis.Redis.from_url(url)
 
 
+def rejected_twice(api: str, kind: str, *, code: int | None = None, same_token: bool = False) -> FeishuTokenRejected:
+    """The permanent form of a token rejection, worded for the person reading the task log."""
+    if same_token:
+        why = "the token endpoint handed back the token that had just been rejected"
+    else:
+        why = f"a freshly issued {kind} token was rejected too"
+    hint = (
+        "this API may not accept tenant tokens (use the user_access_token mode) or the app lacks access"
+        if kind == "tenant"
+        else "this API may not accept user tokens, or the user's authorization was revoked (re-authorize)"
+    )
+    return FeishuTokenRejected(f"{api}: {why} ({hint}); not retrying", code=code or 99991663)
+
+
 # --------------------------------------------------------------------------- client
 
 
@@ -212,7 +236,10 @@ class FeishuClient:
                 )
             except httpx.TransportError as exc:
                 raise FeishuNetworkError(f"token request failed: {type(exc).__name__}") from exc
-            body = decode_json(resp)
+            try:
+                body = decode_json(resp)
+            except FeishuError as exc:
+                raise credentials_error(exc, self.settings.app_id, "tenant token request") from exc
             token, expire = body.get("tenant_access_token"), body.get("expire")
             if not isinstance(token, str) or not isinstance(expire, int):
                 raise FeishuDataError("token response lacks tenant_access_token/expire")
@@ -232,20 +259,28 @@ class FeishuClient:
             raise FeishuNetworkError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
     def _authorized(self, api: str, fn: Any) -> Any:
-        """Run ``fn(token)`` under the budget; on a rejected token refresh it once and retry."""
+        """Run ``fn(token)`` under the budget; on a rejected token refresh it once and retry.
+
+        A token rejected again after the refresh (or a refresh that hands back the very token
+        just rejected) is permanent: :class:`FeishuTokenRejected`, which no retry loop repeats.
+        """
+        rejected: str | None = None
         for refresh in (False, True):
             token = self.tokens.get()
+            if token == rejected:
+                raise rejected_twice(api, self.tokens.kind, same_token=True)
             try:
                 self.budget.acquire(api, max_wait=self.settings.rate_limit_max_wait)
             except TimeoutError as exc:  # the shared budget stayed full: same as a server 429
                 raise FeishuRateLimited(f"local request budget: {exc}") from exc
             try:
                 return fn(token)
-            except FeishuTokenInvalid:
+            except FeishuTokenInvalid as exc:
                 self.tokens.invalidate(token)
                 if refresh:
-                    raise
-                log.info("Feishu rejected the tenant token; refreshing once")
+                    raise rejected_twice(api, self.tokens.kind, code=exc.code) from exc
+                rejected = token
+                log.info("Feishu rejected the %s token; refreshing once", self.tokens.kind)
         raise AssertionError("unreachable")
 
     def call(self, method: str, path: str, *, api: str, **kwargs: Any) -> dict[str, Any]:
@@ -267,10 +302,14 @@ class FeishuClient:
             try:
                 with self._http.stream("GET", path, headers=headers) as resp:
                     ctype = resp.headers.get("content-type", "")
-                    if resp.status_code != 200 or ctype.startswith("application/json"):
+                    # Any 2xx is the file, whatever its type (an uploaded .json is served as
+                    # application/json): what the official SDKs do (lark-oapi, oapi-sdk-go).
+                    if not 200 <= resp.status_code < 300:
                         resp.read()
                         decode_json(resp)  # raises the typed error
-                        raise FeishuDataError(f"download {path} returned JSON, not a file", status=resp.status_code)
+                        raise FeishuDataError(
+                            f"download {path} answered HTTP {resp.status_code}", status=resp.status_code
+                        )
                     declared = resp.headers.get("content-length")
                     if declared and declared.isdigit() and int(declared) > max_bytes:
                         raise FeishuDataError(f"file is {declared} bytes, over the {max_bytes} limit", code=None)
@@ -298,7 +337,14 @@ class FeishuClient:
         """Every item directly in one folder, following ``page_token``."""
         page_token: str | None = None
         while True:
-            params: dict[str, Any] = {"folder_token": folder_token, "page_size": page_size}
+            # Created time ascending: an edit mid-walk cannot move an item across the cursor
+            # (the default EditedTime DESC moves it to the front, behind the cursor: issue 20.8).
+            params: dict[str, Any] = {
+                "folder_token": folder_token,
+                "page_size": page_size,
+                "order_by": "CreatedTime",
+                "direction": "ASC",
+            }
             if page_token:
                 params["page_token"] = page_token
             data = self.call("GET", "/drive/v1/files", api="list", params=params)
@@ -323,12 +369,14 @@ class FeishuClient:
 
     def batch_query_metas(self, docs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
         """``(metas, failed_list)`` for up to 200 ``(token, type)`` pairs."""
-        body = {"request_docs": [{"doc_token": t, "doc_type": k} for t, k in docs], "with_url": False}
+        body = {"request_docs": [{"doc_token": t, "doc_type": k} for t, k in docs], "with_url": True}
         data = self.call("POST", "/drive/v1/metas/batch_query", api="meta", json=body)
         return list(data.get("metas") or []), list(data.get("failed_list") or [])
 
-    def create_export(self, token: str, doc_type: str, extension: str) -> str:
+    def create_export(self, token: str, doc_type: str, extension: str, sub_id: str | None = None) -> str:
         body = {"file_extension": extension, "token": token, "type": doc_type}
+        if sub_id:  # CSV exports one sheet/table: without it the API answers 400 1069904
+            body["sub_id"] = sub_id
         data = self.call("POST", "/drive/v1/export_tasks", api="export_create", json=body)
         ticket = data.get("ticket")
         if not ticket:
@@ -346,3 +394,54 @@ class FeishuClient:
 
     def download_file(self, file_token: str, *, max_bytes: int) -> Download:
         return self.download(f"/drive/v1/files/{file_token}/download", api="file_download", max_bytes=max_bytes)
+
+    # ----------------------------------------------------------------- discovery helpers
+
+    def _pages(self, path: str, *, api: str, params: dict[str, Any], items: str = "items") -> Iterator[dict]:
+        """Follow ``page_token``/``has_more``. An empty page with ``has_more`` keeps paging (the
+        wiki API returns such pages); the page count is bounded so a cursor that never ends
+        cannot loop forever."""
+        page_token: str | None = None
+        for _ in range(100_000):
+            query = dict(params, **({"page_token": page_token} if page_token else {}))
+            data = self.call("GET", path, api=api, params=query)
+            yield from data.get(items) or []
+            page_token = data.get("page_token") or data.get("next_page_token")
+            if not data.get("has_more") or not page_token:
+                return
+        raise FeishuDataError(f"{path}: more than 100000 pages")
+
+    def list_wiki_spaces(self) -> Iterator[dict[str, Any]]:
+        """Every wiki space the caller can read (``GET /wiki/v2/spaces``; page_size <= 50)."""
+        yield from self._pages("/wiki/v2/spaces", api="wiki_spaces", params={"page_size": 50})
+
+    def root_folder_token(self) -> str:
+        """The caller's root folder ("My Space"): ``drive/explorer/v2/root_folder/meta``."""
+        data = self.call("GET", "/drive/explorer/v2/root_folder/meta", api="root_meta")
+        token = data.get("token")
+        if not isinstance(token, str) or not token:
+            raise FeishuDataError("root_folder/meta answered without a token")
+        return token
+
+    def sheet_ids(self, spreadsheet_token: str) -> list[tuple[str, str]]:
+        """``(sheet_id, title)`` of every sheet, in workbook order (``sheets/v3 .../sheets/query``)."""
+        data = self.call("GET", f"/sheets/v3/spreadsheets/{spreadsheet_token}/sheets/query", api="sheets_query")
+        sheets = sorted(data.get("sheets") or [], key=lambda s: s.get("index", 0))
+        return [(str(s["sheet_id"]), str(s.get("title") or s["sheet_id"])) for s in sheets if s.get("sheet_id")]
+
+    def bitable_table_ids(self, app_token: str) -> list[tuple[str, str]]:
+        """``(table_id, name)`` of every table of a bitable (``bitable/v1/apps/:token/tables``)."""
+        rows = self._pages(f"/bitable/v1/apps/{app_token}/tables", api="bitable_tables", params={"page_size": 100})
+        return [(str(t["table_id"]), str(t.get("name") or t["table_id"])) for t in rows if t.get("table_id")]
+
+    def docx_document(self, document_id: str) -> dict[str, Any]:
+        """``{document_id, revision_id, title}`` of a new-style document (``docx/v1/documents/:id``)."""
+        return dict(self.call("GET", f"/docx/v1/documents/{document_id}", api="docx_get").get("document") or {})
+
+    def docx_raw_content(self, document_id: str) -> str:
+        """The plain text of a new-style document in one call (``.../raw_content``, 5/s)."""
+        data = self.call("GET", f"/docx/v1/documents/{document_id}/raw_content", api="docx_get", params={"lang": 0})
+        content = data.get("content")
+        if not isinstance(content, str):
+            raise FeishuDataError(f"raw_content of {document_id} answered without content")
+        return content

@@ -24,6 +24,7 @@ items that were not seen are re-checked with the batch meta query and those in i
 
 from __future__ import annotations
 
+import logging
 import mimetypes
 import time
 from datetime import datetime
@@ -31,26 +32,37 @@ from typing import Any, ClassVar
 
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from plugins.connectors.base import Connector, Discovery, DiscoveryRequest, FetchError, register_connector
-from plugins.connectors.feishu.client import FeishuClient, FeishuSettings
-from plugins.connectors.feishu.errors import FeishuError, FeishuParamError
+from plugins.connectors.feishu.client import Download, FeishuClient, FeishuSettings
+from plugins.connectors.feishu.discovery import meta_status, resolve_folders, resolve_spaces
+from plugins.connectors.feishu.errors import FeishuError
 from plugins.connectors.feishu.exports import (
     DEFAULT_FORMATS,
     ExportTicket,
     fetch_error_for,
     poll_in_process,
-    start_export,
+    start_item_exports,
 )
-from plugins.connectors.feishu.listing import DriveItem, walk_drive
+from plugins.connectors.feishu.listing import DEFAULT_TYPES, DriveItem, Walk, walk_drive
+from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
 
-__all__ = ["FeishuConnector"]
+__all__ = ["FeishuConnector", "default_tenant_url"]
+
+log = logging.getLogger(__name__)
 
 _MIME = {
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
     "pdf": "application/pdf",
     "csv": "text/csv",
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
 }
-_GONE_CODES = {970003, 970005}
+
+
+def default_tenant_url(host: str) -> str:
+    """Where documents live when no listing URL told us: the site of the API host (wiki links
+    on ``feishu.cn``/``larksuite.com`` redirect to the tenant's own domain)."""
+    site = host.rstrip("/").removesuffix("/open-apis")
+    return site.replace("://open.", "://", 1)
 
 
 @register_connector
@@ -127,44 +139,53 @@ class FeishuConnector(Connector):
             return False
         return not (end is not None and modified > end.timestamp())
 
+    def _walk(self) -> Walk:
+        folders = resolve_folders(self.client, self.options.get("folders") or [])
+        return walk_drive(
+            self.client,
+            folders,
+            wiki_spaces=resolve_spaces(self.client, self.options.get("wiki_spaces")),
+            types=self.options.get("types") or DEFAULT_TYPES,
+            tenant_url=self.options.get("tenant_url"),
+            site_url=default_tenant_url(self.settings.host),
+        )
+
+    def _change(self, key: str, item: DriveItem, known: VersionEvidence | None) -> Change:
+        if known is None:
+            kind = ChangeKind.NEW
+        elif known.modified_time != item.modified_time:
+            kind = ChangeKind.CHANGED
+        else:
+            kind = ChangeKind.UNCHANGED
+        return Change(
+            item_key=key,
+            kind=kind,
+            version=VersionEvidence(modified_time=item.modified_time, revision=known.revision if known else None),
+            url=item.url,
+            title=item.name,
+            reason=None if kind is ChangeKind.NEW else f"modified_time {item.modified_time}",
+            metadata={"feishu_type": item.type, "path": list(item.path), "via": item.via},
+        )
+
     def discover(self, request: DiscoveryRequest) -> Discovery:
         started = time.perf_counter()
-        walk = walk_drive(
-            self.client,
-            self.options.get("folders") or [],
-            wiki_spaces=self.options.get("wiki_spaces") or [],
-            types=self.options.get("types") or ("doc", "docx", "sheet", "bitable", "file"),
-        )
+        walk = self._walk()
+        deleted: list[Change] = []
+        missing = set(request.known) - set(walk.items)
+        if missing and not request.only_keys:
+            deleted = self._recheck_missing(walk, missing)
         changes: list[Change] = []
-        counts = {"new": 0, "changed": 0, "unchanged": 0, "outside_window": 0, "deleted": 0}
+        counts = {"new": 0, "changed": 0, "unchanged": 0, "outside_window": 0, "deleted": len(deleted)}
         for key, item in walk.items.items():
             if request.only_keys and key not in request.only_keys:
                 continue
             if not self._in_window(item, request.window_start, request.window_end):
                 counts["outside_window"] += 1
                 continue
-            known = request.known.get(key)
-            if known is None:
-                kind = ChangeKind.NEW
-            elif known.modified_time != item.modified_time:
-                kind = ChangeKind.CHANGED
-            else:
-                kind = ChangeKind.UNCHANGED
-            counts[kind.value] += 1
-            changes.append(
-                Change(
-                    item_key=key,
-                    kind=kind,
-                    version=VersionEvidence(modified_time=item.modified_time),
-                    url=item.url,
-                    title=item.name,
-                    reason=None if kind is ChangeKind.NEW else f"modified_time {item.modified_time}",
-                    metadata={"feishu_type": item.type, "path": list(item.path), "via": item.via},
-                )
-            )
-        if not walk.complete:
-            changes += self._confirm_missing(set(request.known) - set(walk.items), request.known)
-            counts["deleted"] = sum(1 for c in changes if c.kind is ChangeKind.DELETED)
+            change = self._change(key, item, request.known.get(key))
+            counts[change.kind.value] += 1
+            changes.append(change)
+        changes += deleted
         stats = {
             **counts,
             "listed": len(walk.items),
@@ -177,33 +198,26 @@ class FeishuConnector(Connector):
             changes=changes, complete=walk.complete, all_keys=set(walk.items) if walk.complete else None, stats=stats
         )
 
-    def _confirm_missing(self, missing: set[str], known: dict) -> list[Change]:
-        """After an incomplete walk: ask the meta API about known items we did not see."""
-        out: list[Change] = []
-        keys = sorted(missing)
-        for i in range(0, len(keys), 200):
-            # The stored type is not part of VersionEvidence; try the common online types.
-            batch = keys[i : i + 200]
-            gone: dict[str, set[int]] = {k: set() for k in batch}
-            for doc_type in ("docx", "doc", "sheet", "bitable", "file"):
-                try:
-                    metas, failed = self.client.batch_query_metas([(k, doc_type) for k in batch if k in gone])
-                except FeishuError:
-                    return out  # cannot confirm anything: delete nothing
-                for m in metas:
-                    gone.pop(m.get("doc_token"), None)
-                for f in failed:
-                    if f.get("token") in gone:
-                        gone[f["token"]].add(int(f.get("code", 0)))
-                if not gone:
-                    break
-            for key, codes in gone.items():
-                if codes and codes <= _GONE_CODES:
-                    reason = (
-                        "no permission (970003)" if 970003 in codes and 970005 not in codes else "deleted at source"
-                    )
-                    out.append(Change(item_key=key, kind=ChangeKind.DELETED, reason=reason))
-        return out
+    def _recheck_missing(self, walk: Walk, missing: set[str]) -> list[Change]:
+        """Known items this walk did not list: deleted only when Feishu confirms it.
+
+        Items the meta query says are gone are explicit deletions. After a complete walk,
+        items still there are looked for in one more walk (what a single walk missed, e.g. a
+        page cursor that moved under it); found ones join ``walk.items``, the rest stay absent
+        (the engine's missing-run rule deletes them: moved out of the configured folders).
+        """
+        status = meta_status(self.client, missing)
+        deleted = [Change(item_key=k, kind=ChangeKind.DELETED, reason=r) for k, r in sorted(status.gone.items())]
+        still_there = status.alive | status.unknown
+        if walk.complete and still_there:
+            second = self._walk()
+            if not second.complete:  # cannot tell: keep everything that may still be there
+                walk.complete = False
+                walk.errors += [f"second walk: {e}" for e in second.errors]
+            for key in still_there & set(second.items):
+                walk.items[key] = second.items[key]
+            walk.errors.append(f"re-walk found {len(still_there & set(second.items))} of {len(still_there)} missed")
+        return deleted
 
     # ----------------------------------------------------------------- fetch
 
@@ -228,44 +242,52 @@ class FeishuConnector(Connector):
         media = dl.media_type if dl.media_type not in (None, "application/octet-stream") else None
         return self._raw(change, dl.data, name, media or mimetypes.guess_type(name)[0])
 
-    def download_export(self, change: Change, ticket: ExportTicket) -> RawDocument:
+    def raw_content_item(self, change: Change) -> RawDocument:
+        """The docx fast path: the document's plain text in one call, nothing to expire."""
         try:
-            dl = self.client.download_export(ticket.file_token or "", max_bytes=self.max_bytes)
-        except FeishuParamError as exc:
-            if exc.code != 1060001:
-                raise fetch_error_for(exc, f"downloading export of {change.item_key}") from exc
-            # The file is deleted 10 minutes after the task ends; the next run exports again.
-            raise FetchError(
-                f"export file of {change.item_key} expired before download: {exc}",
-                reason="export_file_expired",
-                retryable=True,
-            ) from exc
+            text = self.client.docx_raw_content(change.item_key)
         except FeishuError as exc:
-            raise fetch_error_for(exc, f"downloading export of {change.item_key}") from exc
+            raise fetch_error_for(exc, f"reading raw_content of {change.item_key}") from exc
+        data = text.encode("utf-8")
+        if len(data) > self.max_bytes:
+            raise FetchError(f"raw_content of {change.item_key} is over {self.max_bytes} bytes", reason="too_large")
+        name = f"{change.title or change.item_key}.txt"
+        return self._raw(change, data, name, "text/plain", fetched_via="raw_content")
+
+    def document_from_parts(self, change: Change, parts: list[tuple[ExportTicket, Download]]) -> RawDocument:
+        ticket, dl = parts[0]
+        data = join_csv(parts) if ticket.extension == "csv" else dl.data
         title = change.title or ticket.file_name or change.item_key
         name = title if title.lower().endswith(f".{ticket.extension}") else f"{title}.{ticket.extension}"
-        return self._raw(change, dl.data, name, _MIME.get(ticket.extension), export_ticket=ticket.ticket)
+        meta: dict[str, Any] = {"export_ticket": ticket.ticket}
+        if ticket.sub_id:
+            meta["sheets"] = [t.sub_title or t.sub_id for t, _ in parts]
+        return self._raw(change, data, name, _MIME.get(ticket.extension), **meta)
 
     @property
     def max_bytes(self) -> int:
         return int(self.options.get("max_file_bytes", 100 * 1024 * 1024))
 
     def is_export(self, change: Change) -> bool:
-        return change.metadata.get("feishu_type", "file") != "file"
+        kind = change.metadata.get("feishu_type", "file")
+        return kind != "file" and not (kind == "docx" and self.options.get("docx_fetch") == "raw_content")
 
     def start_exports(self, changes: list[Change]) -> tuple[list[ExportTicket], list[tuple[str, FetchError]]]:
+        """Create a batch's export tickets (the deferred path; one per sheet/table for CSV)."""
         tickets, failures = [], []
         for change in changes:
             if not self.is_export(change):
                 continue
             try:
-                tickets.append(start_export(self.client, change.item_key, change.metadata["feishu_type"], self.formats))
+                tickets += start_item_exports(
+                    self.client, change.item_key, change.metadata["feishu_type"], self.formats
+                )
             except FetchError as exc:
                 failures.append((change.item_key, exc))
         return tickets, failures
 
     def poll_exports(self, tickets: list[ExportTicket]) -> list[ExportTicket]:
-        """In-process polling (the non-deferred path)."""
+        """In-process polling of already created tickets."""
         if not any(t.state == "pending" for t in tickets):
             return tickets
         return poll_in_process(self.client, tickets, **self.poll_kwargs())
@@ -277,40 +299,85 @@ class FeishuConnector(Connector):
             "max_interval": float(self.options.get("export_poll_max_interval", 8.0)),
         }
 
+    def _direct(self, change: Change) -> RawDocument:
+        return (
+            self.download_file_item(change)
+            if change.metadata.get("feishu_type") == "file"
+            else self.raw_content_item(change)
+        )
+
     def finish_batch(
         self, changes: list[Change], tickets: list[ExportTicket]
     ) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
-        """Download finished exports (first: their files expire) and plain files."""
-        by_key = {t.item_key: t for t in tickets}
-        docs, failures = [], []
-        ordered = sorted(changes, key=lambda c: not self.is_export(c))
-        for change in ordered:
+        """After the trigger: download finished exports (first: their files expire), then the rest.
+
+        A file that expired anyway (a slow resume) is exported again at once, in-task, through
+        the streaming pipeline rather than left for the next run.
+        """
+        by_key: dict[str, list[ExportTicket]] = {}
+        for t in tickets:
+            by_key.setdefault(t.item_key, []).append(t)
+        docs, failures, expired = [], [], []
+        for change in sorted(changes, key=lambda c: not self.is_export(c)):
             try:
                 if not self.is_export(change):
-                    docs.append(self.download_file_item(change))
+                    docs.append(self._direct(change))
                     continue
-                ticket = by_key.get(change.item_key)
-                if ticket is None:
+                own = by_key.get(change.item_key)
+                if not own:
                     continue  # creation failed: already recorded
-                if ticket.state == "pending":  # the waiter gave up without a verdict
-                    ticket.state, ticket.error_reason = "failed", "export_timeout"
-                if ticket.state == "failed":
-                    raise ticket.failure()
-                docs.append(self.download_export(change, ticket))
+                docs.append(self.document_from_parts(change, [(t, self._download(t)) for t in own]))
+            except FetchError as exc:
+                if exc.reason == "export_file_expired":
+                    expired.append(change)
+                else:
+                    failures.append((change.item_key, exc))
+        if expired:
+            log.warning("%d export files expired before download; exporting them again now", len(expired))
+            more_docs, more_failures = self._stream_exports(expired)
+            docs, failures = docs + more_docs, failures + more_failures
+        return docs, failures
+
+    def _download(self, ticket: ExportTicket) -> Download:
+        if ticket.state == "pending":  # the waiter gave up without a verdict
+            ticket.state, ticket.error_reason = "failed", "export_timeout"
+        if ticket.state == "failed":
+            raise ticket.failure()
+        return download_ticket(self.client, ticket, self.max_bytes)
+
+    def _stream_exports(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
+        by_key = {c.item_key: c for c in changes}
+        results = run_exports(
+            self.client,
+            [(c.item_key, c.metadata["feishu_type"]) for c in changes],
+            formats=self.formats,
+            max_bytes=self.max_bytes,
+            max_in_flight=int(self.options.get("export_concurrency", 20)),
+            **self.poll_kwargs(),
+        )
+        docs, failures = [], []
+        for res in results:
+            if res.error is not None:
+                failures.append((res.item_key, res.error))
+            else:
+                docs.append(self.document_from_parts(by_key[res.item_key], res.parts))
+        return docs, failures
+
+    def fetch_batch(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
+        """The in-task path: exports stream (each downloaded when done), then files and text."""
+        docs, failures = self._stream_exports([c for c in changes if self.is_export(c)])
+        for change in changes:
+            if self.is_export(change):
+                continue
+            try:
+                docs.append(self._direct(change))
             except FetchError as exc:
                 failures.append((change.item_key, exc))
         return docs, failures
 
-    def fetch_batch(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
-        """Create every export of a batch, poll them together, download: the in-task path."""
-        tickets, failures = self.start_exports(changes)
-        self.poll_exports(tickets)
-        docs, more = self.finish_batch(changes, tickets)
-        return docs, failures + more
-
     def fetch(self, change: Change) -> RawDocument:
         if not self.is_export(change):
-            return self.download_file_item(change)
+            return self._direct(change)
         docs, failures = self.fetch_batch([change])
         if failures:
             raise failures[0][1]

@@ -18,6 +18,7 @@ __all__ = [
     "RATE_LIMIT_CODES",
     "TOKEN_INVALID_CODES",
     "FeishuAuthError",
+    "FeishuCredentialsError",
     "FeishuDataError",
     "FeishuError",
     "FeishuNetworkError",
@@ -27,19 +28,30 @@ __all__ = [
     "FeishuRateLimited",
     "FeishuServerError",
     "FeishuTokenInvalid",
+    "FeishuTokenRejected",
+    "credentials_error",
     "error_from_response",
 ]
 
-# The gateway's "token no longer good" codes: re-fetch the tenant token and retry once
-# (what the official Go SDK does in core/httptransport.go).
-TOKEN_INVALID_CODES = frozenset({99991663, 99991664, 99991665, 99991671})
+# The gateway's "token no longer good" codes: re-fetch the token and retry once (what the
+# official Go SDK does in core/httptransport.go). 99991677 (user token expired) and 99991668
+# (user token invalid, or an API that does not take user tokens) are their user-token twins.
+TOKEN_INVALID_CODES = frozenset({99991663, 99991664, 99991665, 99991671, 99991668, 99991677})
+# Codes of the tenant token endpoint itself (auth/v3): the credentials in the Connection are
+# wrong; no retry and no refresh can help. 10014 "app secret invalid" and 10015 are the token
+# call's refusals named in issue 20 (checked against the generic error-code table); 10003
+# invalid param, 10013 token fetch failed. The OAuth refresh endpoint's own codes are handled by
+# token.py's user-token path, which treats any refusal as a credentials error.
+TOKEN_CALL_CODES = frozenset({10003, 10012, 10013, 10014, 10015})
 # Generic frequency limit plus the export (1069923) and file download (1061045) specific ones.
 RATE_LIMIT_CODES = frozenset({99991400, 1069923, 1061045})
 _AUTH_CODES = frozenset({99991661, 99991401, 99991403, 10003, 10013, 10014, 1061005, 1069701})
-_PERMISSION_CODES = frozenset({99991672, 1061004, 1069902, 1770032, 970003, 91204})
+# Wiki v2 (wiki-v2 error-code table): 131006 permission denied, 131005 not found, 131007 "do
+# not retry" (a request the space will never accept), 131001 a transient backend error (retry).
+_PERMISSION_CODES = frozenset({99991672, 1061004, 1069902, 1770032, 970003, 91204, 131006})
 _NOT_FOUND_CODES = frozenset({1061003, 1061007, 1069906, 1069914, 1770002, 1770003, 91203, 970005, 131005})
-_PARAM_CODES = frozenset({1061002, 1064001, 1069904, 1069918, 1060001, 99992402})
-_SERVER_CODES = frozenset({1061001, 1069901, 1069704, 2200, 5000, 600, 91201})
+_PARAM_CODES = frozenset({1061002, 1064001, 1069904, 1069918, 1060001, 99992402, 131007})
+_SERVER_CODES = frozenset({1061001, 1069901, 1069704, 2200, 5000, 600, 91201, 131001})
 
 
 class FeishuError(Exception):
@@ -81,6 +93,18 @@ class FeishuTokenInvalid(FeishuAuthError):
     """The tenant token was rejected; a fresh token may succeed."""
 
     retryable = True
+
+
+class FeishuCredentialsError(FeishuAuthError):
+    """The token endpoint refused the Connection's credentials (app id/secret, refresh token)."""
+
+
+class FeishuTokenRejected(FeishuAuthError):
+    """A token fresh from the token endpoint was rejected again: permanent, never retried.
+
+    Either the API does not accept this kind of token (a user-only API called with a tenant
+    token) or the token endpoint keeps handing back the token that was just rejected.
+    """
 
 
 class FeishuPermissionError(FeishuError):
@@ -129,6 +153,23 @@ def _reset_hint(headers: Any) -> float | None:
         return None
 
 
+def credentials_error(exc: FeishuError, app_id: str, what: str) -> FeishuError:
+    """Re-word a token endpoint's refusal so the operator knows which setting is wrong."""
+    if exc.code in TOKEN_CALL_CODES or (isinstance(exc, FeishuAuthError) and not exc.retryable):
+        hint = {
+            10014: "the app secret (the Connection's password) is wrong",
+            10015: "the app id (the Connection's login) is unknown or not enabled",
+        }.get(exc.code or 0, "the Connection's credentials were refused")
+        return FeishuCredentialsError(
+            f"{what} for app {app_id} refused: {hint} ({exc.args[0] if exc.args else exc})",
+            code=exc.code,
+            status=exc.status,
+            log_id=exc.log_id,
+            details=exc.details,
+        )
+    return exc
+
+
 def error_from_response(status: int, body: dict[str, Any] | None, headers: Any = None) -> FeishuError:
     """Translate one failed response into the most specific error class."""
     body = body or {}
@@ -142,6 +183,8 @@ def error_from_response(status: int, body: dict[str, Any] | None, headers: Any =
         return FeishuRateLimited(msg, retry_after=_reset_hint(headers), **kwargs)
     if code in TOKEN_INVALID_CODES:
         return FeishuTokenInvalid(msg, **kwargs)
+    if code in TOKEN_CALL_CODES:
+        return FeishuCredentialsError(msg, **kwargs)
     if code in _AUTH_CODES:
         return FeishuAuthError(msg, **kwargs)
     if code in _PERMISSION_CODES:

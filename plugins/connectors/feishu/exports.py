@@ -22,7 +22,14 @@ import httpx
 from tenacity import AsyncRetrying
 
 from plugins.connectors.base import FetchError
-from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, decode_json, retry_policy, ssl_context
+from plugins.connectors.feishu.client import (
+    FeishuClient,
+    FeishuSettings,
+    decode_json,
+    rejected_twice,
+    retry_policy,
+    ssl_context,
+)
 from plugins.connectors.feishu.errors import (
     FeishuDataError,
     FeishuError,
@@ -37,15 +44,19 @@ __all__ = [
     "DEFAULT_FORMATS",
     "AsyncExportPoller",
     "ExportTicket",
+    "export_extension",
     "fetch_error_for",
     "poll_in_process",
     "poll_tickets",
     "start_export",
+    "start_item_exports",
+    "sub_ids",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FORMATS = {"doc": "docx", "docx": "docx", "sheet": "xlsx", "bitable": "xlsx"}
+# slides -> pptx: the export API's newest extension (lark-oapi's ExportTask accepts it).
+DEFAULT_FORMATS = {"doc": "docx", "docx": "docx", "sheet": "xlsx", "bitable": "xlsx", "slides": "pptx"}
 PENDING_STATUSES = frozenset({1, 2})
 # Terminal failures that may succeed on a later run (internal error, timeout, copy in progress).
 _RETRYABLE_STATUSES = frozenset({3, 108, 122})
@@ -65,6 +76,9 @@ class ExportTicket:
     file_name: str | None = None
     error_reason: str | None = None
     polls: int = 0
+    sub_id: str | None = None  # CSV: the one sheet / table this ticket exports
+    sub_title: str | None = None
+    done_at: float | None = None  # epoch s when the poller saw it done (its file expires 10 min later)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +101,7 @@ class ExportTicket:
             return
         if status == 0 and result.get("file_token"):
             self.state = "done"
+            self.done_at = time.time()
             self.file_token = str(result["file_token"])
             self.file_size = result.get("file_size")
             self.file_name = result.get("file_name")
@@ -121,16 +136,50 @@ def fetch_error_for(exc: FeishuError, what: str) -> FetchError:
     return FetchError(f"{what}: {type(exc).__name__}: {exc}", reason="feishu_error", retryable=exc.retryable)
 
 
-def start_export(client: FeishuClient, item_key: str, doc_type: str, formats: dict[str, str]) -> ExportTicket:
-    """Create one export task. Raises FetchError when the type cannot be exported or Feishu refuses."""
+def export_extension(doc_type: str, formats: dict[str, str]) -> str:
     ext = formats.get(doc_type) or DEFAULT_FORMATS.get(doc_type)
     if not ext:
         raise FetchError(f"type {doc_type!r} cannot be exported", reason="unsupported_type", retryable=False)
+    return ext
+
+
+def sub_ids(client: FeishuClient, item_key: str, doc_type: str) -> list[tuple[str, str]]:
+    """The sheets (sheet) or tables (bitable) a CSV export must name one by one in ``sub_id``."""
     try:
-        ticket = client.create_export(item_key, doc_type, ext)
+        found = client.sheet_ids(item_key) if doc_type == "sheet" else client.bitable_table_ids(item_key)
+    except FeishuError as exc:
+        raise fetch_error_for(exc, f"listing the sheets of {doc_type} {item_key}") from exc
+    if not found:
+        raise FetchError(f"{doc_type} {item_key} has no sheet to export", reason="empty_document", retryable=False)
+    return found
+
+
+def start_export(
+    client: FeishuClient,
+    item_key: str,
+    doc_type: str,
+    formats: dict[str, str],
+    sub: tuple[str, str] | None = None,
+) -> ExportTicket:
+    """Create one export task. Raises FetchError when the type cannot be exported or Feishu refuses."""
+    ext = export_extension(doc_type, formats)
+    sub_id, sub_title = sub or (None, None)
+    try:
+        ticket = client.create_export(item_key, doc_type, ext, sub_id=sub_id)
     except FeishuError as exc:
         raise fetch_error_for(exc, f"creating export of {doc_type} {item_key}") from exc
-    return ExportTicket(item_key=item_key, doc_type=doc_type, extension=ext, ticket=ticket)
+    return ExportTicket(
+        item_key=item_key, doc_type=doc_type, extension=ext, ticket=ticket, sub_id=sub_id, sub_title=sub_title
+    )
+
+
+def start_item_exports(
+    client: FeishuClient, item_key: str, doc_type: str, formats: dict[str, str]
+) -> list[ExportTicket]:
+    """Every ticket one item needs: one, or one per sheet/table for CSV."""
+    if export_extension(doc_type, formats) == "csv" and doc_type in ("sheet", "bitable"):
+        return [start_export(client, item_key, doc_type, formats, sub) for sub in sub_ids(client, item_key, doc_type)]
+    return [start_export(client, item_key, doc_type, formats)]
 
 
 class AsyncExportPoller:
@@ -155,8 +204,12 @@ class AsyncExportPoller:
             await asyncio.to_thread(self._sync.close)
 
     async def _poll_once(self, ticket: ExportTicket) -> dict[str, Any]:
+        rejected: str | None = None
+        tokens = self._sync.tokens
         for refresh in (False, True):
-            token = await asyncio.to_thread(self._sync.tokens.get)
+            token = await asyncio.to_thread(tokens.get)
+            if token == rejected:
+                raise rejected_twice("export_poll", tokens.kind, same_token=True)
             try:
                 await self._sync.budget.acquire_async("export_poll", max_wait=self.settings.rate_limit_max_wait)
             except TimeoutError as exc:
@@ -171,10 +224,11 @@ class AsyncExportPoller:
                 raise FeishuNetworkError(f"poll {ticket.ticket}: {type(exc).__name__}") from exc
             try:
                 return dict((decode_json(resp).get("data") or {}).get("result") or {})
-            except FeishuTokenInvalid:
-                await asyncio.to_thread(self._sync.tokens.invalidate, token)
+            except FeishuTokenInvalid as exc:
+                await asyncio.to_thread(tokens.invalidate, token)
                 if refresh:
-                    raise
+                    raise rejected_twice("export_poll", tokens.kind, code=exc.code) from exc
+                rejected = token
         raise AssertionError("unreachable")
 
     async def poll(self, ticket: ExportTicket) -> dict[str, Any]:

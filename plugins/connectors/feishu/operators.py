@@ -43,13 +43,16 @@ class FeishuExportFetchOperator(BaseOperator):
 
         changes = read_batch(self.batch)
         with self._connector(context) as connector:
-            tickets, failures = connector.start_exports(changes)
-            pending = [t for t in tickets if t.state == "pending"]
             deferrable = self.deferrable
             if deferrable is None:
                 deferrable = bool(connector.options.get("deferrable", True))
-            self.log.info("%d export tasks created, %d refused; deferring: %s", len(tickets), len(failures), deferrable)
-            if pending and deferrable:
+            if not deferrable:  # in-task: each export downloaded the moment it is done
+                docs, failures = connector.fetch_batch(changes)
+                return self._write(docs, [_failure_dict(k, e) for k, e in failures])
+            tickets, failures = connector.start_exports(changes)
+            pending = [t for t in tickets if t.state == "pending"]
+            self.log.info("%d export tasks created, %d refused; deferring", len(tickets), len(failures))
+            if pending:
                 from plugins.connectors.feishu.trigger import FeishuExportTrigger
 
                 self.defer(
@@ -62,7 +65,6 @@ class FeishuExportFetchOperator(BaseOperator):
                     method_name="execute_complete",
                     kwargs={"failures": [_failure_dict(k, e) for k, e in failures]},
                 )
-            connector.poll_exports(tickets)
             return self._finish(connector, changes, tickets, [_failure_dict(k, e) for k, e in failures])
 
     def execute_complete(self, context: Any, event: dict[str, Any], failures: list[dict] | None = None) -> str:
@@ -79,10 +81,13 @@ class FeishuExportFetchOperator(BaseOperator):
             return self._finish(connector, read_batch(self.batch), tickets, list(failures or []))
 
     def _finish(self, connector, changes, tickets: list[ExportTicket], failures: list[dict]) -> str:
+        docs, more = connector.finish_batch(changes, tickets)
+        return self._write(docs, list(failures) + [_failure_dict(k, e) for k, e in more])
+
+    def _write(self, docs, failures: list[dict]) -> str:
         from include.engine import ItemFailure, write_fetched_manifest
 
-        docs, more = connector.finish_batch(changes, tickets)
-        all_failures = [ItemFailure(**f) for f in failures] + [ItemFailure(**_failure_dict(k, e)) for k, e in more]
+        all_failures = [ItemFailure(**f) for f in failures]
         self.log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
         return write_fetched_manifest(self.batch, docs, all_failures)
 

@@ -49,6 +49,7 @@ class TokenCache:
         lock_timeout: float = 30.0,
         namespace: str = "tributary:feishu:token",
     ) -> None:
+        self.kind = "tenant"
         self.app_id = app_id
         self._fetch = fetch
         self._redis = redis_client
