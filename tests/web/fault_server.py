@@ -8,16 +8,19 @@ says it did.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import io
+import struct
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, StreamingResponse
 
-__all__ = ["FaultSite", "docx_bytes", "pdf_bytes"]
+__all__ = ["FaultSite", "docx_bytes", "double_gzip_bomb", "pdf_bytes"]
 
 GBK_TEXT = "中文页面：长江是中国最长的河流。"
 SJIS_TEXT = "日本語のページ：富士山は日本一高い山です。"
@@ -59,6 +62,29 @@ def docx_bytes(text: str = "Tributary DOCX sample") -> bytes:
     return buf.getvalue()
 
 
+@functools.lru_cache(maxsize=2)
+def _zeros_gzip(mebibytes: int) -> bytes:
+    """A gzip member of ``mebibytes`` MiB of zeros, built without compressing them all: after
+    a full flush deflate restarts from an empty window, so every further MiB compresses to
+    the same block and the block can be repeated."""
+    chunk = b"\0" * (1 << 20)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    first = deflate.compress(chunk) + deflate.flush(zlib.Z_FULL_FLUSH)
+    block = deflate.compress(chunk) + deflate.flush(zlib.Z_FULL_FLUSH)
+    last = deflate.compress(chunk) + deflate.flush(zlib.Z_FINISH)
+    crc = 0
+    for _ in range(mebibytes):
+        crc = zlib.crc32(chunk, crc)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"  # RFC 1952: deflate, no name, no mtime
+    trailer = struct.pack("<II", crc, (mebibytes << 20) & 0xFFFFFFFF)
+    return header + first + block * (mebibytes - 2) + last + trailer
+
+
+def double_gzip_bomb(mebibytes: int = 4096) -> bytes:
+    """``Content-Encoding: gzip, gzip`` body: ~10 KB on the wire, ``mebibytes`` MiB decoded."""
+    return gzip.compress(_zeros_gzip(mebibytes), 9)
+
+
 @dataclass
 class Hit:
     path: str
@@ -72,6 +98,8 @@ class FaultSite:
 
     robots: int | str = 404
     slow_seconds: float = 3.0
+    robots_redirect: str | None = None  # robots.txt answers 301 to this URL
+    trickle_seconds: float = 0.5  # /trickle.html sends one byte per this many seconds
     hits: list[Hit] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -97,6 +125,8 @@ class FaultSite:
 
         @app.get("/robots.txt")
         async def robots() -> Response:
+            if site.robots_redirect:
+                return RedirectResponse(site.robots_redirect, status_code=301)
             if isinstance(site.robots, int):
                 return PlainTextResponse("no", status_code=site.robots)
             return PlainTextResponse(site.robots)
@@ -183,6 +213,32 @@ class FaultSite:
                 b"<html><body><p>Compressed page body.</p>" + b"<!-- pad -->" * 500 + b"</body></html>"
             )
             return Response(body, media_type="text/html", headers={"Content-Encoding": "gzip"})
+
+        @app.get("/redirect")
+        async def redirect(to: str) -> Response:
+            return RedirectResponse(to, status_code=302)
+
+        @app.get("/bomb/{encoding}")
+        async def bomb(encoding: str) -> Response:
+            # RFC 9110 8.4: codings are listed in the order they were applied.
+            inner = _zeros_gzip(4096)
+            if encoding == "gzip-gzip":
+                return Response(
+                    gzip.compress(inner, 9), media_type="text/html", headers={"Content-Encoding": "gzip, gzip"}
+                )
+            if encoding == "gzip-deflate":
+                body = zlib.compress(inner, 9)
+                return Response(body, media_type="text/html", headers={"Content-Encoding": "gzip, deflate"})
+            return Response(inner, media_type="text/html", headers={"Content-Encoding": "gzip"})
+
+        @app.get("/trickle.html")
+        async def trickle() -> StreamingResponse:
+            async def drip() -> Any:
+                for _ in range(10_000):
+                    yield b"."
+                    await asyncio.sleep(site.trickle_seconds)
+
+            return StreamingResponse(drip(), media_type="text/html")
 
         @app.get("/big.html")
         async def big() -> Response:

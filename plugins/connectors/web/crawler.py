@@ -27,7 +27,7 @@ from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
-from plugins.connectors.web.robots import RobotsCache
+from plugins.connectors.web.robots import RobotsCache, RobotsUnavailable
 from plugins.connectors.web.sitemap import parse_sitemap
 from plugins.connectors.web.urls import Scope, TrapGuard, file_name_for, resolve_link
 
@@ -104,6 +104,8 @@ _DOC_EXTENSIONS = {
 # page's links must come from the cache for the crawl to stay complete.
 _TRANSIENT = ("timeout", "connect", "network", "dns", "http_429", "http_5")
 _MAX_SITEMAPS = 50
+# A robots.txt redirect we will not follow: a permanent answer, not a struggling server.
+_REDIRECT_REFUSALS = frozenset({"bad_redirect", "too_many_redirects"})
 
 
 def _extension(url: str) -> str:
@@ -176,9 +178,12 @@ class Crawler:
 
     async def _load_robots(self, url: str) -> tuple[int, bytes, str | None]:
         # RFC 9309 lets robots.txt redirect anywhere (up to five hops); the address guard
-        # still checks every hop.
+        # still checks every hop, and credentials go only to the hops their scope admits.
         result = await self.fetcher.fetch(url, hop_allowed=lambda hop: None)
         self._account(result)
+        if result.error in _REDIRECT_REFUSALS or (result.error == "blocked_address" and result.redirects):
+            self.errors[f"robots_{result.error}"] += 1
+            raise RobotsUnavailable(f"redirect not followed ({result.error}): {result.message}")
         if result.error:
             self.errors[f"robots_{result.error}" if result.error.startswith("http_") else result.error] += 1
             return 0 if not result.error.startswith("http_") else result.status, b"", result.error

@@ -1,25 +1,35 @@
 """HTTP fetching: manual redirects, SSRF and scope checks at every hop, size cap, retries.
 
 httpx follows redirects itself only if asked; we never ask, so every hop is checked against
-the source's scope and the address guard before a connection is opened. The body is streamed
-and the download aborted once it passes the size limit (decoded size, so a gzip bomb is cut
-too). Retries (tenacity, exponential backoff): network errors, timeouts, 429, 5xx; never
-other 4xx.
+the source's scope and the address guard before a connection is opened. Credentials are
+added per request, only for the origins their ``CredentialScope`` admits. The raw body is
+streamed and decoded here (``decoding``), layer by layer in bounded steps, and the download
+aborted once the decoded size passes the limit (a gzip-of-gzip bomb is cut too). Retries
+(tenacity, exponential backoff): network errors, timeouts, 429, 5xx; never other 4xx. One
+deadline covers all attempts of a URL, backoff included.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import email.utils
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from plugins.connectors.web.auth import Credentials, CredentialScope
+from plugins.connectors.web.decoding import (
+    BodyTooLarge,
+    CappedDecoder,
+    UndecodableBody,
+    UnsupportedEncoding,
+    content_codings,
+)
 from plugins.connectors.web.politeness import LocalPoliteness, Politeness
 from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
 from plugins.connectors.web.urls import canonicalize, host_key
@@ -43,6 +53,8 @@ class FetcherConfig:
     headers: dict[str, str] = field(default_factory=dict)
     cookies: dict[str, str] = field(default_factory=dict)
     auth: tuple[str, str] | None = None
+    # Origins that get headers / cookies / auth; None sends them nowhere.
+    credential_scope: CredentialScope | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +91,23 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+class _Deadline:
+    """One URL's wall-clock budget (``total_timeout_seconds``) across attempts and backoff.
+
+    Time spent queueing for the host's politeness slot is given back: it is our own spacing,
+    not the server's slowness."""
+
+    def __init__(self, seconds: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.at = self._loop.time() + seconds
+
+    def remaining(self) -> float:
+        return self.at - self._loop.time()
+
+    def extend(self, seconds: float) -> None:
+        self.at += seconds
+
+
 class _Final(Exception):
     """A failure retrying cannot fix (blocked address, redirect loop, body too large)."""
 
@@ -101,6 +130,18 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, min(when.timestamp() - time.time(), _MAX_RETRY_AFTER_S))
 
 
+async def _check_location(response: httpx.Response) -> None:
+    """httpx parses a redirect's ``Location`` even when not following it, and reports one it
+    cannot parse (``http://0127.0.0.1/``: leading zeros) as a RemoteProtocolError, a network
+    error we would retry forever. A Location that no client can follow is a permanent answer."""
+    if response.has_redirect_location:
+        location = response.headers["location"]
+        try:
+            httpx.URL(location)
+        except httpx.InvalidURL as exc:
+            raise _Final("bad_redirect", f"redirect to unusable {location!r}: {exc}") from exc
+
+
 class Fetcher:
     """One per crawl; share it between the crawl's worker tasks."""
 
@@ -116,18 +157,18 @@ class Fetcher:
         self.politeness: Politeness = politeness or LocalPoliteness()
         self.delay_for = delay_for
         self.retries = 0
-        headers = {"User-Agent": config.user_agent, **config.headers}
-        if config.cookies:
-            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in config.cookies.items())
-        if config.auth:
-            token = base64.b64encode(f"{config.auth[0]}:{config.auth[1]}".encode()).decode("ascii")
-            headers["Authorization"] = f"Basic {token}"
+        self.credentials = Credentials(config.headers, config.cookies, config.auth, config.credential_scope)
         self._client = httpx.AsyncClient(
-            headers=headers,
+            # Only what every host may see; credentials are added per request (_pinned_request).
+            headers={"User-Agent": config.user_agent, "Accept-Encoding": "gzip, deflate"},
+            # No cookie jar: requests go to pinned IP addresses, so a jar would file a site's
+            # cookies under its IP and hand them to any other host behind that address.
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             timeout=httpx.Timeout(config.timeout_seconds),
             follow_redirects=False,
             trust_env=False,  # proxies from the environment would bypass the address guard
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            event_hooks={"response": [_check_location]},
         )
 
     async def aclose(self) -> None:
@@ -145,9 +186,12 @@ class Fetcher:
         hop, ``hop_allowed(hop_url)`` returns a refusal reason for a redirect target, and
         ``accept(url, content_type)`` decides whether a 2xx body is worth downloading."""
         result = FetchResult(requested=url, url=url)
+        deadline = _Deadline(self.config.total_timeout_seconds)
+        out_of_attempts = stop_after_attempt(self.config.retries + 1)
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.retries + 1),
-            wait=self._wait,
+            # tenacity computes the next sleep before asking stop: no retry the deadline would cut.
+            stop=lambda state: out_of_attempts(state) or deadline.remaining() - state.upcoming_sleep <= 0,
+            wait=lambda state: max(0.0, min(self._wait(state), deadline.remaining())),
             retry=retry_if_exception_type((_Retryable, httpx.TransportError, TimeoutError)),
             reraise=True,
         )
@@ -157,7 +201,7 @@ class Fetcher:
                     result.attempts += 1
                     if result.attempts > 1:
                         self.retries += 1
-                    await self._fetch_once(result, conditional, hop_allowed, accept)
+                    await self._fetch_once(result, deadline, conditional, hop_allowed, accept)
         except _Retryable as exc:
             result.error, result.message = exc.kind, str(exc)
         except _Final as exc:
@@ -187,6 +231,7 @@ class Fetcher:
     async def _fetch_once(
         self,
         result: FetchResult,
+        deadline: _Deadline,
         conditional: Callable[[str], Mapping[str, str]],
         hop_allowed: Callable[[str], str | None],
         accept: Callable[[str, str], bool],
@@ -195,9 +240,11 @@ class Fetcher:
         result.redirects = []
         while True:
             host = host_key(current)
-            # Waiting for the host's slot is not part of the request's time budget.
+            queued = asyncio.get_running_loop().time()
             async with self.politeness.slot(host, self.delay_for(host), self.config.total_timeout_seconds):
-                async with asyncio.timeout(self.config.total_timeout_seconds):
+                # Waiting for the host's slot is not part of the URL's time budget.
+                deadline.extend(asyncio.get_running_loop().time() - queued)
+                async with asyncio.timeout_at(deadline.at):
                     target = await self._hop(result, current, conditional, hop_allowed, accept)
             if target is None:
                 return
@@ -269,7 +316,7 @@ class Fetcher:
 
     def _pinned_request(self, url: str, hostname: str, address: str, extra_headers: Mapping[str, str]) -> httpx.Request:
         parts = urlsplit(url)
-        headers = dict(extra_headers)
+        headers = {**extra_headers, **self.credentials.headers_for(url)}
         extensions: dict[str, str] = {}
         target = url
         if address != hostname.strip("[]"):
@@ -286,11 +333,16 @@ class Fetcher:
         declared = response.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
             raise _Final("too_large", f"Content-Length {declared} over the {limit}-byte limit")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                raise _Final("too_large", f"body over the {limit}-byte limit")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            decoder = CappedDecoder(content_codings(response.headers.get("content-encoding")), limit)
+            # Raw bytes: httpx would inflate a whole network chunk (every layer) before we
+            # could count it.
+            async for chunk in response.aiter_raw():
+                decoder.feed(chunk)
+            return decoder.body()
+        except BodyTooLarge as exc:
+            raise _Final("too_large", str(exc)) from exc
+        except UnsupportedEncoding as exc:
+            raise _Final("unsupported_encoding", str(exc)) from exc
+        except UndecodableBody as exc:
+            raise _Final("protocol", str(exc)) from exc

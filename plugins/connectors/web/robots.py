@@ -4,6 +4,8 @@
 - 4xx ("unavailable"): everything allowed.
 - 5xx or unreachable ("unreachable"): everything *disallowed* for that host until it can be
   read (the seed crawler allowed everything here, which ignores a site that is struggling).
+- A redirect chain that cannot be followed (too long, or to an address or URL we refuse):
+  "unavailable", as RFC 9309 2.3.1.2 says for more than five redirects.
 - ``Crawl-delay`` raises the host's delay (capped at 60 s); ``Sitemap:`` lines are returned.
 """
 
@@ -16,7 +18,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-__all__ = ["HostRobots", "RobotsCache"]
+__all__ = ["HostRobots", "RobotsCache", "RobotsUnavailable"]
 
 MAX_CRAWL_DELAY_S = 60.0
 _MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 asks parsers to read at least 500 KiB
@@ -36,6 +38,10 @@ class HostRobots:
         if self.parser is None:
             return True
         return bool(self.parser.can_fetch(url, agent))
+
+
+class RobotsUnavailable(Exception):
+    """Raised by a loader when robots.txt is, per RFC 9309, unavailable without a 4xx."""
 
 
 # (url) -> (status code or 0 for no response, body, error detail)
@@ -69,7 +75,10 @@ class RobotsCache:
         return dict(self._hosts)
 
     async def _load(self, origin: str) -> HostRobots:
-        status, body, detail = await self._loader(f"{origin}/robots.txt")
+        try:
+            status, body, detail = await self._loader(f"{origin}/robots.txt")
+        except RobotsUnavailable as exc:
+            return HostRobots(status="unavailable", detail=str(exc))
         if 200 <= status < 300:
             text = body[:_MAX_ROBOTS_BYTES].decode("utf-8", errors="replace")
             parser = Protego.parse(text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ _ALWAYS_BLOCKED = [
         "fc00::/7",
     )
 ]
+# A last label that is a number (decimal, 0x-hex or empty-dotted) makes the host an IPv4
+# address to WHATWG URL parsers and to inet_aton, with octal for leading zeros.
+_NUMERIC_LAST_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\.?", re.IGNORECASE)
 _METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
 
 
@@ -45,6 +49,14 @@ class BlockedAddress(Exception):
         self.host = host
         self.address = address
         self.why = why
+
+
+def _ambiguous_ipv4(name: str) -> bool:
+    """A host that reads as an IPv4 address but not in the one dotted-decimal form Python's
+    ``ipaddress`` accepts: ``0127.0.0.1`` is 87.0.0.1 to glibc (octal) and ``127.000.000.001``
+    is 127.0.0.1, so no check on the spelling would match what the resolver connects to."""
+    last = name.rstrip(".").rsplit(".", 1)[-1]
+    return bool(_NUMERIC_LAST_LABEL.fullmatch(last))
 
 
 def _unmap(ip: IPAddress) -> IPAddress:
@@ -112,6 +124,9 @@ class AddressGuard:
         if literal is not None:
             self.check_ip(host, literal)
             return [str(literal)]
+        if _ambiguous_ipv4(name):
+            # Refused, not resolved: the answer would depend on the resolver's reading.
+            raise BlockedAddress(host, name, "non-canonical numeric IPv4 address")
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
         addresses = list(dict.fromkeys(info[4][0] for info in infos))
