@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from include.config import SourceConfig, validate_options
+from include.config import SourceConfig
 from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
@@ -45,6 +45,12 @@ def site(tmp_path: Path):
 
 def _web_source(base: str, **options: Any) -> SourceConfig:
     return SourceConfig(kind="web", name="site", options={"seeds": [base + "/"], **WEB_OPTIONS, **options})
+
+
+def _validate(kind: str, options: dict[str, Any]) -> Any:
+    from include.config import validate_options
+
+    return validate_options(SourceConfig(kind=kind, name="x", options=options))
 
 
 def _documents(source: SourceConfig) -> tuple[set[str], int]:
@@ -88,9 +94,10 @@ def test_only_keys_from_the_cli_are_canonical(site, tributary_home: Path, tmp_pa
     source = _web_source(base)
     keys, chunks = _documents(source)
     capsys.readouterr()
-    assert main(["sync", "web:site", "--only-key", "/./guide/boats.html#moorings", "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["status"] == "success" and summary["counts"]["new"] == 0
+    for key in (f"{base}/./guide/boats.html#moorings", "guide/../guide/nets.html"):  # absolute, then relative
+        assert main(["sync", "web:site", "--only-key", key, "--json"]) == 0
+        counts = json.loads(capsys.readouterr().out)["counts"]
+        assert counts["new"] == 0 and counts["changed"] + counts["unchanged"] == 1
     assert _documents(source) == (keys, chunks)
 
 
@@ -158,12 +165,12 @@ def test_quarantine_after_is_accepted_and_applied_on_a_web_source(site, tributar
 )
 def test_every_kind_accepts_the_engine_options_and_refuses_a_typo(kind: str, options: dict[str, Any]) -> None:
     engine = {"quarantine_after": 3, "window_overlap_minutes": 10}
-    validated = validate_options(SourceConfig(kind=kind, name="x", options={**options, **engine}))
+    validated = _validate(kind, {**options, **engine})
     assert (validated.quarantine_after, validated.window_overlap_minutes) == (3, 10)
     with pytest.raises(
         ValueError, match=r"options\.quarantine_afer: unknown option \(did you mean quarantine_after\?\)"
     ):
-        validate_options(SourceConfig(kind=kind, name="x", options={**options, "quarantine_afer": 3}))
+        _validate(kind, {**options, "quarantine_afer": 3})
 
 
 @pytest.mark.parametrize(
@@ -179,7 +186,7 @@ def test_every_kind_accepts_the_engine_options_and_refuses_a_typo(kind: str, opt
 )
 def test_a_seed_carrying_a_credential_is_refused(url: str, named: str) -> None:
     with pytest.raises(ValueError) as info:
-        validate_options(SourceConfig(kind="web", name="x", options={"seeds": [url]}))
+        _validate("web", {"seeds": [url]})
     message = str(info.value)
     assert named in message and "Airflow Connection" in message and "s3cr3tvalue" not in message
 
@@ -194,4 +201,27 @@ def test_files_only_keys_name_the_file_however_spelled(tmp_path: Path, tributary
     before = _documents(source)
     again = run_pipeline(source, {"only_keys": ["./notes//a.md", str(root / "notes" / "a.md")]})
     assert again.status == "success" and again.counts["new"] == 0
+    assert again.counts["changed"] + again.counts["unchanged"] == 1  # notes/a.md, once
+    assert _documents(source) == before
+
+
+@pytest.mark.airflow
+def test_dag_run_conf_only_keys_are_canonical(site, tributary_home: Path, tmp_path: Path, monkeypatch) -> None:
+    """The trigger form / REST API's conf reaches the engine through the DAG's params."""
+    from tests.support.airflow import last_run, run_dag
+
+    _, base = site
+    sources = write_sources(
+        tmp_path / "sources.yaml",
+        [{"kind": "web", "name": "site", "schedule": None, "options": {"seeds": [base + "/"], **WEB_OPTIONS}}],
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    monkeypatch.setenv("TRIBUTARY_TASK_RETRIES", "0")
+    source = _web_source(base)
+    assert run_pipeline(source).counts["new"] == 7
+    before = _documents(source)
+    dr = run_dag("sync_web_site", conf={"only_keys": [f"{base}/faq.html#answers", f"{base}/./faq.html"]})
+    assert str(dr.state).endswith("success")
+    counts = last_run(source.source_id)["counts"]
+    assert counts["new"] == 0 and counts["changed"] + counts["unchanged"] == 1
     assert _documents(source) == before
