@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, decode_text
-from plugins.parsers._tabular import emit_rows, header_option
+from plugins.parsers._tabular import CellBudget, emit_rows, header_option
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["parse_csv"]
@@ -62,6 +62,9 @@ def parse_csv(data: bytes, ctx: ParseContext) -> ParsedDocument:
             limits=limits,
             deadline=deadline,
             line_positions=True,
+            # short records are padded to the header's width: a header of a million commas
+            # would otherwise turn each one-character record into a million cells
+            cells_budget=CellBudget(limits.max_cells),
         )
     except csv.Error as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"csv: {exc}") from exc

@@ -49,7 +49,13 @@ CORE = """<?xml version="1.0" encoding="UTF-8" standalone="yes"?>
 </cp:coreProperties>"""
 
 
-def build_docx(body_xml: str, extra_rels: str = "", extra_parts: dict[str, bytes] | None = None) -> bytes:
+def build_docx(
+    body_xml: str,
+    extra_rels: str = "",
+    extra_parts: dict[str, bytes] | None = None,
+    numbering: str = NUMBERING,
+    extra_types: str = "",
+) -> bytes:
     ct = (
         '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
         '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
@@ -64,7 +70,7 @@ def build_docx(body_xml: str, extra_rels: str = "", extra_parts: dict[str, bytes
         'ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.numbering+xml"/>'
         '<Override PartName="/docProps/core.xml" '
         'ContentType="application/vnd.openxmlformats-package.core-properties+xml"/>'
-        "</Types>"
+        f"{extra_types}</Types>"
     )
     rels = (
         '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
@@ -89,7 +95,7 @@ def build_docx(body_xml: str, extra_rels: str = "", extra_parts: dict[str, bytes
         zf.writestr("word/document.xml", document)
         zf.writestr("word/_rels/document.xml.rels", doc_rels)
         zf.writestr("word/styles.xml", STYLES)
-        zf.writestr("word/numbering.xml", NUMBERING)
+        zf.writestr("word/numbering.xml", numbering)
         zf.writestr("docProps/core.xml", CORE)
         for name, data in (extra_parts or {}).items():
             zf.writestr(name, data)

@@ -157,6 +157,24 @@ def test_row_cap_is_too_large():
     assert err.value.code == ParseErrorCode.TOO_LARGE
 
 
+def test_rows_positioned_by_their_number_when_data_starts_below_row_one():
+    # the sparse reader takes each row's own number; the padded one counted rows from the
+    # <dimension>'s first row while yielding rows 1-3 as empty, so B4 was reported as row 7
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws["B4"], ws["C4"] = "name", "qty"
+    ws["B5"], ws["C5"] = "bolts", 12
+    ws["B7"], ws["C7"] = "nuts", 30
+    buf = io.BytesIO()
+    wb.save(buf)
+    doc = parse_bytes(buf.getvalue(), "offset.xlsx")
+    assert [(b.positions[0].row, b.rows[0]) for b in _tables(doc)] == [
+        (5, ["", "bolts", "12"]),
+        (7, ["", "nuts", "30"]),
+    ]
+    assert _tables(doc)[0].header == ["A", "name", "qty"]
+
+
 def test_csv_quoted_newlines_header_positions():
     data = 'id,comment,score\n1,"first line\nsecond line",3.5\n2,"say ""hi""",4\n\n3,plain,5\n'
     doc = parse_bytes(data.encode(), "c.csv")
