@@ -10,15 +10,59 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from include.contract import VersionEvidence, document_id
 from include.engine.context import RunContext, closed_run, log
+from include.engine.reaper import retains_raw
+from include.engine.retention import prune_source
 from include.failpoints import failpoint
 from include.index import IndexBackend
+from include.staging import StagingArea
 from include.stores import ItemState, RunItem, StateStore
 
-__all__ = ["abort_run", "commit_stage", "end_rebuild", "finish_stage"]
+__all__ = ["MissingManifestsError", "abort_run", "commit_stage", "end_rebuild", "finish_stage", "missing_batches"]
+
+_STAGES = ("batch", "fetched", "parsed", "chunked", "upserted")
+
+
+class MissingManifestsError(RuntimeError):
+    """Batches of the plan have no ``upserted`` manifest: committing would lose their items."""
+
+    def __init__(self, message: str, batches: list[int]) -> None:
+        super().__init__(message)
+        self.batches = batches
+
+
+def missing_batches(staging: StagingArea, plan: dict[str, Any]) -> dict[int, str | None]:
+    """Batches of the plan without an upserted manifest -> the last stage manifest they have."""
+    missing: dict[int, str | None] = {}
+    for number in range(len(plan.get("batches", []))):
+        if Path(staging.stage_path("upserted", number)).exists():
+            continue
+        done = [s for s in _STAGES[:-1] if Path(staging.stage_path(s, number)).exists()]
+        missing[number] = done[-1] if done else None
+    return missing
+
+
+def _refuse_incomplete(ctx: RunContext, plan: dict[str, Any]) -> None:
+    """Commit only a complete run: a batch without its upserted manifest (a lost file, a task
+    marked success by hand) would otherwise commit as "success" with its items neither in the
+    state nor in the lineage, and whatever of them reached the index orphaned until next run."""
+    missing = missing_batches(ctx.staging, plan)
+    if not missing:
+        return
+    described = ", ".join(
+        f"batch {n} ({f'last manifest {stage}-{n:04d}.json' if stage else 'no manifest at all'})"
+        for n, stage in sorted(missing.items())
+    )
+    raise MissingManifestsError(
+        f"run {ctx.run_id} of {ctx.source.source_id}: {len(missing)} of {len(plan['batches'])} batches have no "
+        f"upserted manifest: {described}; nothing was committed. Re-run those batches' fetch, parse, chunk "
+        f"and upsert tasks (map index = batch number), then commit.",
+        sorted(missing),
+    )
 
 
 def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[], IndexBackend]) -> dict[str, Any]:
@@ -32,10 +76,13 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     plan = staging.read_json(plan_file)
     if plan["dry_run"]:
         return _dry_run(ctx, store, plan)
-    manifests = [staging.read_json(p) for p in staging.stage_files("upserted")]
+    _refuse_incomplete(ctx, plan)
+    manifests = [staging.read_json(staging.stage_path("upserted", n)) for n in range(len(plan["batches"]))]
     counts: Counter[str] = Counter()
     lineage: list[RunItem] = []
     states: list[ItemState] = []
+    # keys a connector renamed (discover's plan): moved first, so the rows below find their state
+    store.rename_items(sid, plan.get("renames") or {})
     prior_states = store.items(sid)
 
     # 1. deletions: index first, then state.
@@ -92,6 +139,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
                 version_after=st.version.to_dict(),
                 content_hash=st.content_hash,
                 chunks_kept=list(st.chunk_ids),
+                warnings=entry.get("warnings") or None,  # re-parsed, same text: same warnings
             )
         )
         counts["unchanged"] += 1
@@ -142,6 +190,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
                     chunks_kept=entry["chunks_kept"],
                     chunks_removed=entry["chunks_removed"],
                     stage_ms=entry.get("stage_ms", {}),
+                    warnings=entry.get("warnings") or None,  # the parser's (needs_ocr ...)
                 )
             )
             counts[action] += 1
@@ -284,11 +333,9 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     staging = ctx.staging
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()
+    keep_raw = retains_raw(ctx.source)
+    # retention first (this run is the newest, so always kept): its counts go into the summary
+    counts.update(prune_source(store, ctx.source, keep_raw))
     store.finish_run(ctx.run_id, "success", counts, source=ctx.source.source_id)
-    keep_raw = ctx.source.retain_raw
-    if keep_raw is None:
-        from plugins.connectors.base import get_connector_class
-
-        keep_raw = get_connector_class(ctx.source.kind).retain_raw
     staging.cleanup(keep_raw=keep_raw)
     return counts

@@ -25,6 +25,7 @@ from include.engine.manifests import (
     write_stage_manifest,
 )
 from include.index import DocumentRecord, DocumentWrite, IndexBackend
+from include.lineage import parser_warnings
 from include.staging import StagingArea, StagingCorruptError
 from plugins.chunkers.registry import chunk_document
 from plugins.connectors.base import Connector
@@ -92,6 +93,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
             "blocks": len(doc.blocks),
             "chars": sum(len(b.text) for b in doc.blocks),
             "title": doc.title or entry["raw"].get("title"),
+            "warnings": parser_warnings(doc.metadata),  # needs_ocr, truncated ...: to lineage
             "stage_ms": {**entry.get("stage_ms", {}), "parse": _ms(start)},
         }
         prior = entry.get("prior") or {}
@@ -118,7 +120,8 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
     items = []
     for entry in manifest["items"]:
         start = time.perf_counter()
-        doc_id = document_id(source.source_id, entry["change"]["item_key"])
+        # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
+        doc_id = (entry.get("prior") or {}).get("doc_id") or document_id(source.source_id, entry["change"]["item_key"])
         try:
             doc = ParsedDocument.from_dict(
                 StagingArea.read_json_verified(entry["parsed_path"], entry.get("parsed_digest"))

@@ -4,7 +4,9 @@ Tables
 - ``tributary_items``: one row per (source, item): the version evidence and content hash of
   what is *in the index*, the processing hash it was built with, its chunk ids, when it was last
   seen, how many complete listings in a row missed it, and its failure streak.
-- ``tributary_runs``: one row per sync run: status, params, counts, timings.
+- ``tributary_runs``: one row per sync run: status, params, counts, timings, and who runs it
+  (``owner``: host and process of an in-process run; ``heartbeat_at``), which the reaper
+  (``include.engine.reaper``) reads to tell a live run from a killed one.
 - ``tributary_run_items``: item-level lineage, one row per (run, item): action and reason,
   versions before/after, hash, sizes, parser/chunker, chunk ids added/kept/removed, stage
   timings, error. Re-running a task rewrites its rows (primary key), never duplicates them.
@@ -69,6 +71,8 @@ runs_table = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("ended_at", sa.DateTime(timezone=True)),
+    sa.Column("owner", sa.JSON),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True)),
 )
 
 run_items_table = sa.Table(
@@ -97,6 +101,8 @@ run_items_table = sa.Table(
     sa.Column("stage_ms", sa.JSON),
     sa.Column("error", sa.Text),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    # the parser's warnings (needs_ocr, truncated ...); added to older DBs by _add_missing_columns
+    sa.Column("warnings", sa.JSON),
 )
 sa.Index("run_items_source_key", run_items_table.c.source, run_items_table.c.item_key)
 
@@ -154,6 +160,7 @@ class RunItem:
     chunks_removed: list[str] = field(default_factory=list)
     stage_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    warnings: dict[str, Any] | None = None
 
 
 def _create_tables(engine: Engine, attempts: int = 3) -> None:
@@ -166,10 +173,25 @@ def _create_tables(engine: Engine, attempts: int = 3) -> None:
     for attempt in range(attempts):
         try:
             _meta.create_all(engine)
+            _add_missing_columns(engine)
             return
         except sa.exc.DBAPIError:
             if attempt == attempts - 1:
                 raise
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Add columns a newer version defines to tables an older one created (``create_all`` only
+    creates missing tables). Only nullable columns are added, so existing rows stay valid."""
+    inspector = sa.inspect(engine)
+    for table in _meta.sorted_tables:
+        present = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present or not column.nullable:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            with engine.begin() as conn:
+                conn.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
 
 
 class StateStore:
@@ -232,6 +254,23 @@ class StateStore:
                 if not updated:
                     conn.execute(items_table.insert().values(source=st.source, item_key=st.item_key, **values))
 
+    def rename_items(self, source: str, renames: Mapping[str, str]) -> None:
+        """Move item rows to new keys (old -> new), keeping every other column (doc id included).
+
+        Idempotent: a row already moved, or a new key that already has a row, is left alone."""
+        if not renames:
+            return
+        with self.engine.begin() as conn:
+            for old, new in renames.items():
+                key = (items_table.c.source == source) & (items_table.c.item_key == new)
+                exists = conn.execute(sa.select(items_table.c.item_key).where(key)).first()
+                if exists is None:
+                    conn.execute(
+                        items_table.update()
+                        .where(items_table.c.source == source, items_table.c.item_key == old)
+                        .values(item_key=new, updated_at=_now())
+                    )
+
     def delete_items(self, source: str, item_keys: Iterable[str]) -> None:
         keys = list(item_keys)
         if not keys:
@@ -254,6 +293,7 @@ class StateStore:
         window: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
         index_backend: str | None = None,
         index_name: str | None = None,
+        owner: Mapping[str, Any] | None = None,
     ) -> None:
         values = {
             "source": source,
@@ -268,6 +308,8 @@ class StateStore:
             "index_name": index_name,
             "error": None,
             "ended_at": None,
+            "owner": dict(owner) if owner else None,
+            "heartbeat_at": _now(),
         }
         with self.engine.begin() as conn:
             key = (runs_table.c.run_id == run_id) & (runs_table.c.source == source)
@@ -283,6 +325,74 @@ class StateStore:
                 .where(runs_table.c.run_id == run_id, runs_table.c.source == source)
                 .values(status=status, counts=dict(counts), error=error, ended_at=_now())
             )
+
+    def heartbeat(self, run_id: str, source: str) -> None:
+        """An in-process run is still alive (the reaper's rule for a run on another host)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == run_id, runs_table.c.source == source)
+                .values(heartbeat_at=_now())
+            )
+
+    def running_runs(self, source: str | None = None) -> list[dict[str, Any]]:
+        """Runs the run log still shows as running (all sources, or one)."""
+        q = sa.select(runs_table).where(runs_table.c.status == "running").order_by(runs_table.c.started_at)
+        if source:
+            q = q.where(runs_table.c.source == source)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def failed_runs(self, source: str, ended_before: dt.datetime) -> list[dict[str, Any]]:
+        """Failed runs of ``source`` that ended before the given time (oldest first)."""
+        q = (
+            sa.select(runs_table.c.run_id, runs_table.c.dag_id, runs_table.c.ended_at)
+            .where(runs_table.c.source == source, runs_table.c.status == "failed")
+            .where(runs_table.c.ended_at < ended_before)
+            .order_by(runs_table.c.ended_at)
+        )
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(q)]
+
+    def mark_failed_if_running(self, run_id: str, source: str, error: str) -> bool:
+        """Close a run the reaper found dead; False when it left "running" meanwhile (it finished,
+        or its discover was retried and is running again elsewhere: then the row is not ours)."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == run_id, runs_table.c.source == source, runs_table.c.status == "running")
+                .values(status="failed", error=error[:2000], ended_at=_now())
+            )
+            return bool(done.rowcount)
+
+    def prune_history(self, source: str, older_than: dt.datetime, keep_last: int) -> tuple[int, int]:
+        """Delete finished runs of ``source`` started before ``older_than``, and their lineage rows,
+        except the ``keep_last`` most recent runs. Returns (runs deleted, lineage rows deleted)."""
+        recent = (
+            sa.select(runs_table.c.run_id)
+            .where(runs_table.c.source == source)
+            .order_by(runs_table.c.started_at.desc())
+            .limit(max(keep_last, 0))
+        )
+        with self.engine.begin() as conn:
+            keep = {r.run_id for r in conn.execute(recent)}
+            old = conn.execute(
+                sa.select(runs_table.c.run_id).where(
+                    runs_table.c.source == source,
+                    runs_table.c.started_at < older_than,
+                    runs_table.c.status != "running",  # the reaper closes those first
+                )
+            )
+            doomed = [r.run_id for r in old if r.run_id not in keep]
+            rows = 0
+            for chunk in _batched(doomed, 500):
+                rows += conn.execute(
+                    run_items_table.delete().where(
+                        run_items_table.c.source == source, run_items_table.c.run_id.in_(chunk)
+                    )
+                ).rowcount
+                conn.execute(runs_table.delete().where(runs_table.c.source == source, runs_table.c.run_id.in_(chunk)))
+        return len(doomed), rows
 
     def get_run(self, run_id: str, source: str | None = None) -> dict[str, Any] | None:
         """One run; without ``source`` the most recent run of any source with that id."""
