@@ -11,6 +11,30 @@ ids, and per-token hourly limits (429).
 Invented but harmless extensions, as the reference suggests: ``X-RateLimit-Limit`` /
 ``X-RateLimit-Remaining`` and ``Retry-After`` on 429, and injectable 429/500 bursts.
 
+Behaviour of the real service the tests depend on (issue 20, checked against yuque.com; where it
+is uncertain the simulator is configurable, and says so):
+
+- a repo the token cannot see answers **404**, like a missing one, on every route (the real
+  service hides existence; ``invisible_status`` = 403 gives the older simulator's answer);
+- repos can be renamed (:meth:`YuqueSimulator.rename_repo`): the slug and so the namespace
+  change, ``book_id`` and doc ids do not;
+- metadata-only edits move ``updated_at`` alone (:meth:`YuqueSimulator.edit_meta`; content
+  edits move both, :meth:`YuqueSimulator.edit_doc`); a TOC move may or may not touch the doc
+  (``toc_move_touches_doc``), and which timestamp a sheet autosave moves is unverified
+  (``sheet_autosave_moves``: "content" | "updated" | "both" | "none");
+- drafts (``status`` 0) carry their text in ``body_draft`` with an empty ``body``; the spec's
+  V2Doc ``status`` is "0 draft, 1 published" (yuque-openapi.yaml; RSSHub PR #2156 checks
+  ``status === 1``);
+- ``changed_at_gte`` filters on ``updated_at`` (the spec names it 变更时间, "change time";
+  ``changed_at_field`` switches it to ``content_updated_at``);
+- a burst limit per account (``per_second_limit``, a sliding second): exporters firing ~200
+  fetches at once get 429 (web-farmer/yuque-exporter PR #1);
+- 3xx answers (``redirect_to``: every API request redirects there, as a team space's host does);
+- data tables may carry their schema in ``body_table.meta.columns`` instead of ``body``
+  (``SimDoc.columns_in``; yuque/yuque-mcp-server PR #88 reads both);
+- lakesheet cells of the real classes (checkbox, select, link, image, file, formula) go through
+  :func:`encode_lakesheet` as given (yuque-dl's real mock ``test/mocks/data/sheetData.json``).
+
 Lakesheet bodies are produced by compressing a sheet model the test supplies
 (:func:`encode_lakesheet`), so a test can check every rebuilt cell against what it put in.
 
@@ -22,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+import time
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -105,7 +130,8 @@ class SimDoc:
     updated_at: str = ""
     content_updated_at: str = ""
     deleted_at: str | None = None
-    status: int = 1
+    status: int = 1  # 0 = draft (never published): its text is in body_draft only
+    columns_in: str = "body"  # laketable schema in: body | meta (body_table.meta.columns) | both
 
     @property
     def type(self) -> str:
@@ -149,6 +175,13 @@ class YuqueSimulator:
         self.burst_429 = 0  # the next N API requests answer 429
         self.burst_500 = 0
         self.retry_after: str | None = "0"
+        self.invisible_status = 404  # what a repo the token cannot see answers (real: 404)
+        self.toc_move_touches_doc = True  # a TOC move bumps the doc's updated_at (unverified)
+        self.sheet_autosave_moves = "both"  # content | updated | both | none (unverified)
+        self.changed_at_field = "updated_at"
+        self.per_second_limit: int | None = None
+        self.redirect_to: str | None = None
+        self._recent: dict[str, list[float]] = {}
         self.counters: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
         # called after each answered request with its path: lets a test edit the space mid-walk
@@ -197,6 +230,33 @@ class YuqueSimulator:
         for key, value in changes.items():
             setattr(doc, key, value)
         doc.updated_at = doc.content_updated_at = self.tick()
+
+    def edit_meta(self, doc: SimDoc, **changes: Any) -> None:
+        """A metadata-only edit (slug, title in some clients): ``updated_at`` moves alone."""
+        for key, value in changes.items():
+            setattr(doc, key, value)
+        doc.updated_at = self.tick()
+
+    def move_doc(self, doc: SimDoc, toc_path: list[str] | None) -> None:
+        """Move the doc in its repo's TOC (content untouched)."""
+        doc.toc_path = toc_path
+        if self.toc_move_touches_doc:
+            doc.updated_at = self.tick()
+
+    def autosave_sheet(self, doc: SimDoc, sheets: list[dict[str, Any]]) -> None:
+        """A sheet's autosave: which timestamp it moves is ``sheet_autosave_moves``."""
+        doc.sheets = sheets
+        now = self.tick()
+        if self.sheet_autosave_moves in ("content", "both"):
+            doc.content_updated_at = now
+        if self.sheet_autosave_moves in ("updated", "both"):
+            doc.updated_at = now
+
+    def rename_repo(self, repo: SimRepo, slug: str, name: str | None = None) -> None:
+        """A routine rename: namespace changes, ids stay; the docs' own timestamps do not move."""
+        repo.slug = slug
+        repo.name = name or repo.name
+        repo.updated_at = self.tick()
 
     def delete_doc(self, doc: SimDoc) -> None:
         doc.deleted_at = self.tick()
@@ -284,7 +344,9 @@ class YuqueSimulator:
         out = self._doc_json(repo, doc, listing=False)
         out.update(format=doc.format, body="", body_draft="", body_html="", body_lake="")
         out["creator"] = self._user_json(repo.owner)
-        if doc.format in ("markdown", "lake"):
+        if doc.format in ("markdown", "lake") and doc.status == 0:
+            out["body_draft"] = doc.body  # never published: nothing in body / body_html
+        elif doc.format in ("markdown", "lake"):
             out["body"] = doc.body
             out["body_html"] = f"<p>{doc.body}</p>"
             out["body_lake"] = f'<!doctype lake><p data-lake-id="x">{doc.body}</p>'
@@ -298,8 +360,9 @@ class YuqueSimulator:
                 out["body_draft"] = wrapper
             out["body_sheet"] = body_sheet_of(doc.sheets or [])
         elif doc.format == "laketable":
+            schema = doc.columns if doc.columns_in in ("body", "both") else []
             out["body"] = json.dumps(
-                {"format": "laketable", "type": "Table", "version": "1.0", "sheet": [{"columns": doc.columns}]},
+                {"format": "laketable", "type": "Table", "version": "1.0", "sheet": [{"columns": schema}]},
                 ensure_ascii=False,
             )
             start = (page - 1) * page_size
@@ -307,10 +370,11 @@ class YuqueSimulator:
                 {"values": [{"value": v} for v in row], "createdAt": doc.created_at, "updatedAt": doc.updated_at}
                 for row in doc.records[start : start + page_size]
             ]
-            out["body_table"] = json.dumps(
-                {"totalCount": len(doc.records), "records": records, "pageSize": page_size, "page": page},
-                ensure_ascii=False,
-            )
+            table: dict[str, Any] = {"totalCount": len(doc.records), "records": records, "pageSize": page_size}
+            table["page"] = page
+            if doc.columns_in in ("meta", "both"):
+                table["meta"] = {"columns": doc.columns}
+            out["body_table"] = json.dumps(table, ensure_ascii=False)
         else:
             out["body"] = doc.body
         return out
@@ -343,6 +407,12 @@ class YuqueSimulator:
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
         self.counters[f"status:{status}"] += 1
         return JSONResponse({"status": status, "message": message}, status_code=status, headers=headers)
+
+    def _hidden(self) -> JSONResponse:
+        """A repo the token may not see: real Yuque answers 404 (``invisible_status``)."""
+        if self.invisible_status == 404:
+            return self._error(404, "Not Found")
+        return self._error(self.invisible_status, "Forbidden")
 
     def _visible(self, login: str, repo: SimRepo) -> bool:
         owner = self.accounts.get(repo.owner, {})
@@ -381,6 +451,11 @@ class YuqueSimulator:
         login = self.tokens.get(token)
         if login is None:
             return self._error(401, "Unauthorized")
+        if self.redirect_to is not None:
+            self.counters["status:302"] += 1
+            return JSONResponse(None, status_code=302, headers={"Location": self.redirect_to})
+        if self._over_burst(login):
+            return self._error(429, "Too Many Requests", {"X-RateLimit-Limit": str(self.per_second_limit)})
         self._hour_counts[token] += 1
         if self._hour_counts[token] > self.hourly_limit:
             return self._error(
@@ -396,6 +471,18 @@ class YuqueSimulator:
             self.burst_500 -= 1
             return self._error(500, "Internal Server Error")
         return self._route(parts, q, login)
+
+    def _over_burst(self, login: str) -> bool:
+        """More than ``per_second_limit`` requests of one account within any one second."""
+        if self.per_second_limit is None:
+            return False
+        now = time.monotonic()
+        recent = [t for t in self._recent.get(login, []) if now - t < 1.0]
+        over = len(recent) >= self.per_second_limit
+        if not over:
+            recent.append(now)
+        self._recent[login] = recent
+        return over
 
     def _route(self, parts: list[str], q: Any, login: str) -> Any:
         if parts == ["hello"]:
@@ -423,13 +510,13 @@ class YuqueSimulator:
                 return (
                     {"data": {**self._repo_json(repo), "toc_yml": ""}}
                     if self._visible(login, repo)
-                    else self._error(403, "Forbidden")
+                    else self._hidden()
                 )
             if rest == ["docs"]:
                 return self._list_docs(repo, q, login)
             if rest == ["toc"]:
                 self.counters["toc"] += 1
-                return {"data": self._toc_json(repo)} if self._visible(login, repo) else self._error(403, "Forbidden")
+                return {"data": self._toc_json(repo)} if self._visible(login, repo) else self._hidden()
             if len(rest) == 2 and rest[0] == "docs":
                 return self._doc_detail(repo, rest[1], q, login)
         return self._error(404, "Not Found")
@@ -461,14 +548,15 @@ class YuqueSimulator:
         deleted = str(q.get("deleted", "false")).lower() in ("true", "1")
         self.counters["docs_deleted" if deleted else "docs"] += 1
         if not self._visible(login, repo):
-            return self._error(403, "Forbidden")
+            return self._hidden()
         paging = self._limit(q)
         if isinstance(paging, JSONResponse):
             return paging
         offset, limit = paging
         docs = [d for d in sorted(repo.docs.values(), key=lambda d: d.id) if (d.deleted_at is not None) == deleted]
         if q.get("changed_at_gte"):
-            docs = [d for d in docs if (d.deleted_at or d.updated_at) >= q["changed_at_gte"]]
+            field_name = self.changed_at_field
+            docs = [d for d in docs if (d.deleted_at or getattr(d, field_name)) >= q["changed_at_gte"]]
         page = [self._doc_json(repo, d, listing=True) for d in docs[offset : offset + limit]]
         return {"meta": {"total": len(docs)}, "data": page}
 
@@ -483,7 +571,7 @@ class YuqueSimulator:
         if repo is None or doc is None:
             return self._error(404, "Not Found")
         if not self._visible(login, repo):
-            return self._error(403, "Forbidden")
+            return self._hidden()
         try:
             page, page_size = int(q.get("page", 1)), int(q.get("page_size", 100))
         except ValueError:

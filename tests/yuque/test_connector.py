@@ -47,7 +47,7 @@ def space(sim):
 
 def _key(sim, doc) -> str:
     repo = next(r for r in sim.repos.values() if doc.id in r.docs)
-    return f"{repo.namespace}/{doc.id}"
+    return f"{repo.id}/{doc.id}"
 
 
 def _known(sim, docs) -> dict[str, VersionEvidence]:
@@ -163,7 +163,7 @@ def test_team_token_lists_group_repos(yuque_url, sim, monkeypatch):
     sim.add_doc(sim.add_repo("alice", "private"), "私人")
     with YuqueConnector(yuque_source()) as conn:
         found = conn.discover(DiscoveryRequest(known={}))
-    assert found.all_keys == {f"acme/wiki/{doc.id}"}
+    assert found.all_keys == {f"{repo.id}/{doc.id}"}
     assert any(r["path"] == "groups/acme/repos" for r in sim.requests)
 
 

@@ -37,7 +37,7 @@ def space(sim, yuque_conn, tributary_home):
 
 def _key(sim, doc) -> str:
     repo = next(r for r in sim.repos.values() if doc.id in r.docs)
-    return f"{repo.namespace}/{doc.id}"
+    return f"{repo.id}/{doc.id}"
 
 
 def _search(source, query: str) -> set[str]:

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from plugins.connectors.yuque.lakesheet import (
     LakesheetError,
     _renamer,
+    column_width,
     decode_sheets,
     find_wrapper,
     inflate_bounded,
     lakesheet_to_xlsx,
-    column_width,
     sanitize_sheet_names,
 )
 from tests.simulators.yuque import body_sheet_of, encode_lakesheet
@@ -27,7 +27,6 @@ from tests.yuque.sheet_models import GOLDEN, GOLDEN_FORMULAS, GOLDEN_TITLES, GOL
 # read relative to the repo root, like every shared reference (skipped when absent)
 SAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "samples"
 SAMPLE = SAMPLES / "yuque-lakesheet-doc.json"
-STYLED = SAMPLES / "yuque-lakesheet-styled-model.json"
 
 
 def _load(data: bytes, *, values: bool = True) -> openpyxl.Workbook:

@@ -23,6 +23,7 @@ from plugins.connectors.yuque.errors import (
     YuqueBudgetExhausted,
     YuqueError,
     YuqueRateLimitError,
+    YuqueRedirectError,
     YuqueTransportError,
     error_for_response,
 )
@@ -73,12 +74,15 @@ class YuqueClient:
         backoff_max: float = 8.0,
         max_retry_after: float = 60.0,
         budget: RequestBudget | None = None,
+        bind_account: bool = False,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not token:
             raise ValueError("a Yuque token is required")
         self.base_url = api_base_url(base_url)
         self.budget = budget
+        # Yuque's limit is per account: learn the token's account (one /user) before counting
+        self._bind_pending = bind_account and budget is not None
         self._max_attempts = max_attempts
         self._max_retry_after = max_retry_after
         self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max, jitter=backoff_initial)
@@ -102,13 +106,35 @@ class YuqueClient:
             return min(exc.retry_after, self._max_retry_after)
         return self._backoff(state)
 
+    def _bind(self) -> None:
+        """Move the budget to the token's account (``/user`` id; a team token's is the group's)."""
+        assert self.budget is not None
+        self._bind_pending = False
+        try:
+            user = self._send("/user", None).get("data")
+        except YuqueError:
+            self._bind_pending = True  # counted under the token meanwhile; bound on a later call
+            raise
+        if isinstance(user, dict) and user.get("id") is not None:
+            self.budget.bind(str(user["id"]))
+
     def _send(self, path: str, params: dict[str, Any] | None) -> Any:
+        if self._bind_pending:
+            self._bind()
         if self.budget is not None:
             self.budget.acquire()
         try:
             response = self._http.get(path, params=params)
         except httpx.HTTPError as exc:
             raise YuqueTransportError(f"Yuque request failed: {type(exc).__name__}") from exc
+        if response.is_redirect or 300 <= response.status_code < 400:
+            location = response.headers.get("location")
+            raise YuqueRedirectError(
+                f"Yuque answered {response.status_code} redirecting to {location or '(no Location)'}; "
+                "not followed (the token stays on its configured host): fix the Connection host",
+                status=response.status_code,
+                location=location,
+            )
         try:
             body = response.json()
         except ValueError:
@@ -156,7 +182,9 @@ class YuqueClient:
                 return
             offset += len(page)
 
-    def list_docs(self, repo: str | int, *, deleted: bool = False, page_size: int = PAGE_LIMIT) -> DocListing:
+    def list_docs(
+        self, repo: str | int, *, deleted: bool = False, changed_at_gte: str | None = None, page_size: int = PAGE_LIMIT
+    ) -> DocListing:
         """Page through a repo's docs with offset/limit until exhausted, checked against meta.total.
 
         The listing is *complete* only if ``meta.total`` stayed the same on every page and equals
@@ -171,6 +199,8 @@ class YuqueClient:
         params: dict[str, Any] = {"limit": page_size}
         if deleted:
             params["deleted"] = "true"
+        if changed_at_gte:
+            params["changed_at_gte"] = changed_at_gte  # ISO-8601, "YYYY-MM-DDTHH:mm:ss.sssZ" (spec)
         while True:
             envelope = self.get(f"/repos/{repo}/docs", {**params, "offset": offset})
             page = envelope.get("data")

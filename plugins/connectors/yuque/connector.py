@@ -21,7 +21,6 @@ listing per repo and nothing else.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,41 +35,29 @@ from plugins.connectors.base import (
     register_connector,
 )
 from plugins.connectors.yuque.client import YuqueClient
-from plugins.connectors.yuque.errors import (
-    YuqueBudgetExhausted,
-    YuqueError,
-    YuqueNotFoundError,
-    YuquePermissionError,
-)
+from plugins.connectors.yuque.errors import YuqueBudgetExhausted, YuqueError, YuqueNotFoundError
 from plugins.connectors.yuque.formats import UnsupportedFormat, render_doc
+from plugins.connectors.yuque.headings import with_heading_path
 from plugins.connectors.yuque.lakesheet import DEFAULT_MAX_SHEET_BYTES, LakesheetError
-from plugins.connectors.yuque.models import (
-    DocDetail,
-    DocSummary,
-    RecordError,
-    Repo,
-    TocItem,
-    build_breadcrumbs,
-    parse_time,
+from plugins.connectors.yuque.models import DocDetail, DocSummary, RecordError, parse_time
+from plugins.connectors.yuque.versions import (
+    UNKNOWN,
+    Comparison,
+    Verdict,
+    compare,
+    doc_id_of,
+    fingerprint,
+    item_key,
+    legacy_renames,
+    revision_parts,
+    toc_part,
+    with_toc,
 )
+from plugins.connectors.yuque.walk import RepoDocs, Walk, Walker
 
 __all__ = ["YuqueConnector"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Walk:
-    repos: list[Repo] = field(default_factory=list)
-    docs: dict[str, tuple[Repo, DocSummary]] = field(default_factory=dict)
-    all_keys: set[str] = field(default_factory=set)
-    complete: bool = True
-    incomplete_reasons: list[str] = field(default_factory=list)
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-
-    def incomplete(self, reason: str) -> None:
-        self.complete = False
-        self.incomplete_reasons.append(reason)
 
 
 @register_connector
@@ -90,6 +77,8 @@ class YuqueConnector(Connector):
         namespaces = opts.get("namespaces")
         self.namespaces: list[str] | None = None if namespaces in (None, "all") else [str(n) for n in namespaces]
         self.max_sheet_bytes = int(opts.get("max_sheet_bytes", DEFAULT_MAX_SHEET_BYTES))
+        self.include_drafts = bool(opts.get("include_drafts", False))
+        self.toc_headings = bool(opts.get("toc_headings", True))
 
     # ------------------------------------------------------------------ client
 
@@ -119,175 +108,123 @@ class YuqueConnector(Connector):
 
     # ------------------------------------------------------------------ listing
 
-    def _repos(self, walk: _Walk) -> None:
-        opts = self.source.options
-        types = opts.get("repo_types")
-        if self.namespaces is not None:
-            for ns in self.namespaces:
-                try:
-                    walk.repos.append(Repo.from_api(self.client.get_repo(ns)))
-                except YuqueNotFoundError:
-                    # the repo is gone: its docs are absent from a complete listing -> deleted
-                    self.log.warning("Yuque repo %s not found; treating it as deleted", ns)
-                except YuquePermissionError as exc:
-                    walk.incomplete(f"repo {ns}: {exc.message}")
-                except RecordError as exc:
-                    walk.incomplete(f"repo {ns}: malformed record: {exc.reason}")
-            return
-        login, owner_type = opts.get("login"), opts.get("owner_type")
-        if not login or not owner_type:
-            user = self.client.get_user()
-            login = login or user.get("login")
-            owner_type = owner_type or ("group" if user.get("type") == "Group" else "user")
-        for raw in self.client.iter_repos(str(login), group=owner_type == "group"):
-            try:
-                repo = Repo.from_api(raw)
-            except RecordError as exc:
-                # its docs are unknown this run, so nothing may be inferred deleted
-                self.log.warning("Yuque repo record skipped: %s", exc.reason)
-                walk.skipped.append(
-                    {"item_key": f"{login}/<repo record>", "reason": f"malformed repo record: {exc.reason}"}
-                )
-                walk.incomplete("a repo record was unreadable")
-                continue
-            if not types or repo.type in types:
-                walk.repos.append(repo)
-
-    def _walk(self) -> _Walk:
-        walk = _Walk()
-        self._repos(walk)
-        for repo in walk.repos:
-            try:
-                listing = self.client.list_docs(repo.namespace)
-            except YuqueNotFoundError:
-                self.log.warning("Yuque repo %s vanished while listing", repo.namespace)
-                continue
-            except YuquePermissionError as exc:
-                walk.incomplete(f"repo {repo.namespace}: {exc.message}")
-                continue
-            if not listing.complete:
-                walk.incomplete(f"repo {repo.namespace}: {listing.reason}")
-            for position, raw in enumerate(listing.records):
-                try:
-                    doc = DocSummary.from_api(raw)
-                except RecordError as exc:
-                    key = f"{repo.namespace}/{exc.record_id}" if exc.record_id is not None else None
-                    label = key or f"{repo.namespace}/<record #{position}>"
-                    self.log.warning("Yuque doc record skipped (%s): %s", label, exc.reason)
-                    walk.skipped.append({"item_key": label, "reason": f"malformed list record: {exc.reason}"})
-                    if key is None:
-                        walk.incomplete(f"repo {repo.namespace}: a doc record without a readable id")
-                    else:
-                        walk.all_keys.add(key)  # it still exists: keep what is indexed
-                    continue
-                key = f"{repo.namespace}/{doc.id}"
-                walk.all_keys.add(key)
-                walk.docs[key] = (repo, doc)
+    def _walk(self, request: DiscoveryRequest | None = None) -> Walk:
+        known = dict(request.known) if request is not None else {}
+        incremental = (
+            request is not None
+            and bool(self.source.options.get("incremental_listing", True))
+            and not request.full_resync
+            and request.window_start is None
+            and request.window_end is None
+            and request.only_keys is None
+        )
+        walker = Walker(self.client, self.source.options, self.log)
+        walk = Walk()
+        for repo in walker.repos(walk):
+            walker.list_repo(repo, walk, known, incremental=incremental)
         return walk
 
     def _in_window(self, doc: DocSummary, request: DiscoveryRequest) -> bool:
         if request.window_start is None and request.window_end is None:
             return True
-        modified = parse_time(doc.modified_time)
-        if modified is None:
+        # the later of the two times: a metadata-only edit inside the window counts too
+        times = [t for t in (parse_time(doc.content_updated_at), parse_time(doc.updated_at)) if t is not None]
+        if not times:
             return True
+        modified = max(times)
         start, end = _aware(request.window_start), _aware(request.window_end)
         if start is not None and modified < start:
             return False
         return not (end is not None and modified >= end)
 
-    def _breadcrumbs(self, repo: Repo) -> dict[int, list[str]]:
-        try:
-            toc = []
-            for raw in self.client.get_toc(repo.namespace):
-                try:
-                    toc.append(TocItem.from_api(raw))
-                except RecordError:
-                    continue
-        except YuqueError as exc:
-            self.log.warning("Yuque TOC of %s unavailable (%s); no breadcrumbs", repo.namespace, exc.message)
-            return {}
-        return build_breadcrumbs(toc)
+    def _change(self, entry: RepoDocs, doc: DocSummary, key: str, seen: Comparison) -> Change:
+        repo = entry.repo
+        crumbs = [repo.name, *(entry.toc or {}).get(doc.id, [])] if entry.toc is not None else None
+        metadata: dict[str, Any] = {
+            "namespace": repo.namespace,
+            "repo": repo.name,
+            "book_id": repo.id,
+            "doc_id": doc.id,
+            "slug": doc.slug,
+            "doc_type": doc.type,
+            **({"format": doc.format} if doc.format else {}),
+            **({"breadcrumbs": crumbs} if crumbs is not None else {}),
+        }
+        if seen.verdict is Verdict.MOVED:
+            metadata["rewrite"] = True  # same text, new URL: the index record must be rewritten
+        return Change(
+            key,
+            ChangeKind.NEW if seen.verdict is Verdict.NEW else ChangeKind.CHANGED,
+            seen.evidence,
+            url=self._web_url(repo.namespace, doc.slug, doc.id),
+            title=doc.title,
+            reason=seen.reason,
+            metadata=metadata,
+        )
 
-    def _deletions(self, walk: _Walk, request: DiscoveryRequest) -> list[Change]:
-        """Explicit tombstones from ``?deleted=true``, for repos we hold items of."""
-        changes: list[Change] = []
-        for repo in walk.repos:
-            prefix = f"{repo.namespace}/"
-            if not any(k.startswith(prefix) for k in request.known):
+    def _evidence(self, entry: RepoDocs, doc: DocSummary) -> VersionEvidence:
+        toc = None if entry.toc is None else [entry.repo.name, *entry.toc.get(doc.id, [])]
+        revision = fingerprint(doc.updated_at, entry.repo.namespace, doc.slug, toc)
+        return VersionEvidence(modified_time=doc.modified_time, revision=revision)
+
+    def _unlisted(self, entry: RepoDocs, known: dict[str, VersionEvidence], by_doc: dict[int, str]) -> list[Change]:
+        """Known docs an incremental listing did not return: unchanged, unless the TOC moved them."""
+        out = []
+        for doc_id in sorted(entry.unlisted):
+            key = by_doc.get(doc_id)
+            version = known.get(key) if key is not None else None
+            if key is None or version is None:
                 continue
-            try:
-                listing = self.client.list_docs(repo.namespace, deleted=True)
-            except YuqueError as exc:
-                self.log.warning("Yuque deleted listing of %s failed: %s", repo.namespace, exc.message)
-                continue
-            for raw in listing.records:
-                try:
-                    doc = DocSummary.from_api(raw)
-                except RecordError:
-                    continue
-                key = prefix + str(doc.id)
-                # a restored doc is listed again and stays
-                if key in request.known and key not in walk.all_keys:
-                    changes.append(
-                        Change(
-                            key,
-                            ChangeKind.DELETED,
-                            url=self._web_url(repo.namespace, doc.slug, doc.id),
-                            title=doc.title,
-                            reason=f"deleted at {doc.deleted_at or 'unknown time'}",
-                        )
-                    )
-        return changes
+            parts = revision_parts(version.revision)
+            toc = None if entry.toc is None else toc_part([entry.repo.name, *entry.toc.get(doc_id, [])])
+            if parts and toc is not None and parts["t"] not in (toc, UNKNOWN):
+                moved = VersionEvidence(modified_time=version.modified_time, revision=with_toc(version.revision or "", toc))
+                stub = DocSummary(doc_id, None, "", "Doc", None, parts["u"] or None, version.modified_time, 1)
+                out.append(self._change(entry, stub, key, Comparison(Verdict.CHANGED, moved, "moved in the TOC")))
+            else:
+                out.append(Change(key, ChangeKind.UNCHANGED, version, reason="not modified (incremental listing)"))
+        return out
 
     def discover(self, request: DiscoveryRequest) -> Discovery:
-        walk = self._walk()
+        walk = self._walk(request)
         only = set(request.only_keys) if request.only_keys is not None else None
+        current: dict[int, str] = {}
+        for entry in walk.repos:
+            for doc in entry.docs:
+                current[doc.id] = item_key(entry.repo.id, doc.id)
+            for doc_id in entry.unlisted:
+                current[doc_id] = item_key(entry.repo.id, doc_id)
+        renames = legacy_renames(frozenset(request.known), current)
+        known = {renames.get(k, k): v for k, v in request.known.items()}
+        by_doc = {doc_id_of(k): k for k in known}
         changes: list[Change] = []
         unchanged: list[Change] = []
-        for key, (repo, doc) in walk.docs.items():
-            if only is not None and key not in only:
-                continue
-            evidence = VersionEvidence(modified_time=doc.modified_time)
-            known = request.known.get(key)
-            if known is not None and known.modified_time == evidence.modified_time:
-                # reported so the engine's lineage and last-seen marks cover it; never fetched
-                unchanged.append(Change(key, ChangeKind.UNCHANGED, evidence, title=doc.title, reason="not modified"))
-                continue
-            if not self._in_window(doc, request):
-                continue
-            changes.append(
-                Change(
-                    key,
-                    ChangeKind.NEW if known is None else ChangeKind.CHANGED,
-                    evidence,
-                    url=self._web_url(repo.namespace, doc.slug, doc.id),
-                    title=doc.title,
-                    metadata={
-                        "namespace": repo.namespace,
-                        "repo": repo.name,
-                        "book_id": repo.id,
-                        "doc_id": doc.id,
-                        "slug": doc.slug,
-                        "doc_type": doc.type,
-                        **({"format": doc.format} if doc.format else {}),
-                    },
-                )
-            )
+        all_keys = set(walk.extra_keys)
+        for entry in walk.repos:
+            for doc in entry.docs:
+                key = current[doc.id]
+                all_keys.add(key)
+                if only is not None and key not in only:
+                    continue
+                seen = compare(known.get(key), self._evidence(entry, doc))
+                if seen.verdict is Verdict.UNCHANGED:
+                    # reported so the engine's lineage and last-seen marks cover it; never fetched
+                    unchanged.append(Change(key, ChangeKind.UNCHANGED, seen.evidence, title=doc.title, reason=seen.reason))
+                elif self._in_window(doc, request):
+                    changes.append(self._change(entry, doc, key, seen))
+            all_keys.update(current[d] for d in entry.unlisted)
+            for change in self._unlisted(entry, known, by_doc):
+                (unchanged if change.kind is ChangeKind.UNCHANGED else changes).append(change)
         if request.max_items is not None:
             changes = changes[: request.max_items]
-        if self.source.options.get("breadcrumbs", True):
-            for repo in {c.metadata["namespace"]: walk.docs[c.item_key][0] for c in changes}.values():
-                crumbs = self._breadcrumbs(repo)
-                for c in changes:
-                    if c.metadata["namespace"] == repo.namespace:
-                        c.metadata["breadcrumbs"] = [repo.name, *crumbs.get(c.metadata["doc_id"], [])]
         changes.extend(unchanged)
-        if self.source.options.get("deleted_listing", True):
-            changes.extend(self._deletions(walk, request))
+        changes.extend(self._deletions(walk, known, all_keys))
         stats = {
             "repos": len(walk.repos),
-            "docs_listed": len(walk.docs),
+            "docs_listed": sum(len(e.docs) for e in walk.repos),
+            "drafts_skipped": sum(e.drafts for e in walk.repos),
+            "incremental_repos": walk.incremental_repos,
+            "renamed_keys": len(renames),
             # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
             "skipped": walk.skipped,
             "incomplete_reasons": walk.incomplete_reasons,
@@ -295,24 +232,51 @@ class YuqueConnector(Connector):
         if walk.skipped:
             self.log.warning("Yuque: %d list record(s) skipped", len(walk.skipped))
         return Discovery(
-            changes, complete=walk.complete, all_keys=walk.all_keys if walk.complete else None, stats=stats
+            changes,
+            complete=walk.complete,
+            all_keys=all_keys if walk.complete else None,
+            stats=stats,
+            renames=renames,
         )
 
+    def _deletions(self, walk: Walk, known: dict[str, VersionEvidence], alive: set[str]) -> list[Change]:
+        """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays)."""
+        by_doc = {doc_id_of(k): k for k in known}
+        changes = []
+        for entry in walk.repos:
+            for doc in entry.tombstones:
+                key = by_doc.get(doc.id)
+                if key is not None and key not in alive:
+                    changes.append(
+                        Change(
+                            key,
+                            ChangeKind.DELETED,
+                            url=self._web_url(entry.repo.namespace, doc.slug, doc.id),
+                            title=doc.title,
+                            reason=f"deleted at {doc.deleted_at or 'unknown time'}",
+                        )
+                    )
+        return changes
+
     def list_keys(self) -> set[str] | None:
-        walk = self._walk()
-        return walk.all_keys if walk.complete else None
+        found = self.discover(DiscoveryRequest(known={}))
+        return found.all_keys if found.complete else None
 
     # ------------------------------------------------------------------ fetch
 
     def fetch(self, change: Change) -> RawDocument:
-        namespace, _, doc_ref = change.item_key.rpartition("/")
         meta = change.metadata
+        doc_ref = change.item_key.rpartition("/")[2]
+        # the repo by its id: a rename since discovery cannot break the request
+        repo_ref = str(meta.get("book_id") or change.item_key.rpartition("/")[0])
+        namespace = str(meta.get("namespace") or repo_ref)
         try:
-            detail = DocDetail.from_api(self.client.get_doc(namespace, doc_ref))
+            detail = DocDetail.from_api(self.client.get_doc(repo_ref, doc_ref))
             rendered = render_doc(
                 detail,
-                table_records=lambda first: self.client.iter_table_records(namespace, doc_ref, first),
+                table_records=lambda first: self.client.iter_table_records(repo_ref, doc_ref, first),
                 max_sheet_bytes=self.max_sheet_bytes,
+                use_draft=self.include_drafts and detail.status == 0,
             )
         except UnsupportedFormat as exc:
             raise FetchError(str(exc), reason=f"skipped: unsupported format {exc.format}", retryable=False) from None
@@ -327,25 +291,30 @@ class YuqueConnector(Connector):
         except YuqueError as exc:
             reason = f"http_{exc.status}" if exc.status else type(exc).__name__
             raise FetchError(exc.message, reason=reason, retryable=exc.retryable) from None
-        # the listing's time, not the detail's: it is what the next discovery compares against, so a
-        # format difference between the two endpoints can never make a doc look changed forever
-        # (an edit between listing and fetch then only costs one extra fetch next run)
+        crumbs = meta.get("breadcrumbs")
+        title = detail.title or change.title or ""
+        if rendered.media_type == "text/markdown" and crumbs is not None and self.toc_headings:
+            # the TOC path becomes the heading path of every chunk (see .headings)
+            rendered.data = with_heading_path(rendered.data.decode("utf-8"), [*crumbs, title], title).encode("utf-8")
+        # the listing's evidence, not the detail's: it is what the next discovery compares against,
+        # so a format difference between the two endpoints can never make a doc look changed
+        # forever (an edit between listing and fetch then only costs one extra fetch next run)
         modified = change.version.modified_time or detail.content_updated_at or detail.updated_at
         return RawDocument(
             item_key=change.item_key,
             data=rendered.data,
             file_name=f"{detail.slug or detail.id}{rendered.extension}",
             media_type=rendered.media_type,
-            url=change.url or self._web_url(namespace, detail.slug, detail.id),
-            title=detail.title or change.title,
-            version=VersionEvidence(modified_time=modified),
+            url=self._web_url(namespace, detail.slug, detail.id),
+            title=title or None,
+            version=VersionEvidence(modified_time=modified, revision=change.version.revision),
             metadata={
                 "source_format": rendered.format,
                 "doc_type": detail.type,
                 "namespace": namespace,
                 "doc_id": detail.id,
                 **({"repo": meta["repo"]} if "repo" in meta else {}),
-                **({"breadcrumbs": meta["breadcrumbs"]} if "breadcrumbs" in meta else {}),
+                **({"breadcrumbs": crumbs} if crumbs is not None else {}),
             },
         )
 

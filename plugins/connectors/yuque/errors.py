@@ -16,6 +16,7 @@ __all__ = [
     "YuqueNotFoundError",
     "YuquePermissionError",
     "YuqueRateLimitError",
+    "YuqueRedirectError",
     "YuqueServerError",
     "YuqueTransportError",
     "YuqueValidationError",
@@ -45,6 +46,16 @@ class YuquePermissionError(YuqueError):
 
 class YuqueNotFoundError(YuqueError):
     """404: the repo or doc does not exist (or is deleted)."""
+
+
+class YuqueRedirectError(YuqueError):
+    """3xx: Yuque sent us elsewhere (a team space's own host, http -> https). Never followed: the
+    token must only go to the origin it was configured for, and a retry would get the same
+    answer, so it is final, with the target in the message for whoever fixes the Connection."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None, location: str | None = None):
+        super().__init__(message, status=status, body=body)
+        self.location = location
 
 
 class YuqueValidationError(YuqueError):

@@ -67,6 +67,14 @@ def table_columns(body: str) -> list[dict[str, Any]]:
     return []
 
 
+def _meta_columns(first_page: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schema ``body_table`` carries itself (``meta.columns``), for tables whose ``body`` has
+    none (yuque/yuque-mcp-server PR #88 reads both places)."""
+    meta = first_page.get("meta")
+    columns = meta.get("columns") if isinstance(meta, dict) else None
+    return [c for c in columns if isinstance(c, dict)] if isinstance(columns, list) else []
+
+
 def _option_labels(column: dict[str, Any]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for opt in column.get("options") or []:
@@ -124,13 +132,17 @@ def render_doc(
     *,
     table_records: Callable[[dict[str, Any]], Iterable[Any]] | None = None,
     max_sheet_bytes: int = DEFAULT_MAX_SHEET_BYTES,
+    use_draft: bool = False,
 ) -> Rendered:
-    """Bytes for one doc. ``table_records(first_page)`` pages a data table's rows.
+    """Bytes for one doc. ``table_records(first_page)`` pages a data table's rows. ``use_draft``:
+    a never-published doc, whose text is only in ``body_draft`` (indexed with ``include_drafts``).
 
     Raises :class:`UnsupportedFormat` and :class:`LakesheetError`.
     """
     fmt = _ALIASES.get(detail.format.lower(), detail.format.lower())
     if fmt in ("markdown", "lake"):
+        if use_draft and not detail.body and detail.body_draft:
+            return Rendered(detail.body_draft.encode("utf-8"), "text/markdown", ".md", fmt)
         if not detail.body and detail.body_html:
             return Rendered(detail.body_html.encode("utf-8"), "text/html", ".html", fmt)
         return Rendered(detail.body.encode("utf-8"), "text/markdown", ".md", fmt)
@@ -147,7 +159,8 @@ def render_doc(
             first = json.loads(detail.body_table) if detail.body_table else {}
         except ValueError:
             first = {}
+        first = first if isinstance(first, dict) else {}
         records = table_records(first) if table_records is not None else (first.get("records") or [])
-        data = table_to_xlsx(detail.title, table_columns(detail.body), records)
+        data = table_to_xlsx(detail.title, table_columns(detail.body) or _meta_columns(first), records)
         return Rendered(data, XLSX_MEDIA_TYPE, ".xlsx", fmt)
     raise UnsupportedFormat(detail.format or "(none)")

@@ -6,8 +6,10 @@ Connection fields:
   work there); a scheme and ``/api/v2`` may be included. ``schema`` may name the scheme
   (``http``/``https``) when ``host`` has none, as with the HTTP provider; ``port`` is honoured.
 - ``password``: the token (sent as ``X-Auth-Token``; never logged).
-- ``extra`` (all optional): ``user_agent``, ``hourly_budget`` (default 4500), ``timeout``,
-  ``max_attempts``, ``backoff_initial``, ``backoff_max``, ``max_retry_after``.
+- ``extra`` (all optional): ``user_agent``, ``hourly_budget`` (default 4500, per Yuque account:
+  every Connection whose token belongs to the same account shares it), ``max_per_second``
+  (default 8: requests of all workers of the account together are spaced at most this dense),
+  ``timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``, ``max_retry_after``.
 
 The Connection is read when the client is first needed, not at import or construction, so DAG
 parsing never touches the secrets backend.
@@ -25,6 +27,8 @@ from plugins.connectors.yuque.client import DEFAULT_USER_AGENT, YuqueClient
 __all__ = ["YuqueHook"]
 
 _FLOAT_EXTRAS = ("timeout", "backoff_initial", "backoff_max", "max_retry_after")
+# Yuque publishes no burst limit; ~200 parallel fetches are known to trip it, a few a second never
+DEFAULT_PER_SECOND = 8.0
 
 
 class YuqueHook(BaseHook):
@@ -68,12 +72,18 @@ class YuqueHook(BaseHook):
             kwargs: dict[str, Any] = {k: float(extra[k]) for k in _FLOAT_EXTRAS if extra.get(k) is not None}
             if extra.get("max_attempts") is not None:
                 kwargs["max_attempts"] = int(extra["max_attempts"])
-            budget = RequestBudget(token, limit=int(extra.get("hourly_budget") or 4500), redis_url=self.redis_url)
+            budget = RequestBudget(
+                token,
+                limit=int(extra.get("hourly_budget") or 4500),
+                per_second=float(extra.get("max_per_second") or DEFAULT_PER_SECOND),
+                redis_url=self.redis_url,
+            )
             self._client = YuqueClient(
                 self._base_url(conn),
                 token,
                 user_agent=str(extra.get("user_agent") or DEFAULT_USER_AGENT),
                 budget=budget,
+                bind_account=True,
                 **kwargs,
             )
         return self._client

@@ -54,6 +54,12 @@ def _opt_str(raw: dict[str, Any], key: str, record_id: int | None) -> str | None
     raise RecordError(f"{key!r} is {type(value).__name__}, expected a string", record_id)
 
 
+def _status(value: Any) -> int | None:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _time(raw: dict[str, Any], key: str, record_id: int | None) -> str | None:
     value = raw.get(key)
     try:
@@ -129,11 +135,7 @@ class DocSummary:
             title = ""
         if not isinstance(title, str):
             raise RecordError(f"'title' is {type(title).__name__}, expected a string", did)
-        status = raw.get("status")
-        if isinstance(status, str) and status.isdigit():
-            status = int(status)
-        elif not isinstance(status, int) or isinstance(status, bool):
-            status = None
+        status = _status(raw.get("status"))
         summary = cls(
             id=did,
             slug=_opt_str(raw, "slug", did),
@@ -167,6 +169,7 @@ class DocDetail:
     updated_at: str | None
     content_updated_at: str | None
     raw: dict[str, Any]
+    status: int | None = None  # 0 draft, 1 published (an int in practice, a string in the spec)
 
     @classmethod
     def from_api(cls, raw: Any) -> DocDetail:
@@ -197,6 +200,7 @@ class DocDetail:
             updated_at=text("updated_at") or None,
             content_updated_at=text("content_updated_at") or None,
             raw=raw,
+            status=_status(raw.get("status")),
         )
 
 
