@@ -83,6 +83,10 @@ class Discovery:
     complete: bool = False
     all_keys: set[str] | None = None
     stats: dict[str, Any] = field(default_factory=dict)
+    # old item key -> new key of the same item (a source that changed its key scheme): the engine
+    # moves the stored state to the new key, keeping its doc id and chunk ids, so nothing is
+    # re-indexed or deleted for it. ``changes`` and ``all_keys`` already use the new keys.
+    renames: dict[str, str] = field(default_factory=dict)
 
 
 _CONNECTORS: dict[str, type[Connector]] = {}
@@ -169,10 +173,15 @@ def register_connector(cls: type[Connector]) -> type[Connector]:
 
 def get_connector_class(kind: str) -> type[Connector]:
     if kind not in _CONNECTORS:
-        # Connectors live in plugins/connectors/<kind>; importing the package registers them.
+        # Connectors live in plugins/connectors/<kind>/connector.py; importing it registers them
+        # (the package itself stays light: the DAG processor imports its options model).
         import importlib
 
-        importlib.import_module(f"plugins.connectors.{kind}")
+        try:
+            importlib.import_module(f"plugins.connectors.{kind}.connector")
+        except ModuleNotFoundError as exc:
+            if exc.name not in (f"plugins.connectors.{kind}", f"plugins.connectors.{kind}.connector"):
+                raise
     try:
         return _CONNECTORS[kind]
     except KeyError:

@@ -9,6 +9,8 @@ kind; a URL carrying a credential never becomes an item key.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ PAGES = {
     "guide/nets.html": "<p>Nets dry on the north wall.</p>",
     "guide/docks.html": "<p>Docks close at dusk.</p>",
 }
+ROOT = Path(__file__).resolve().parents[2]
 WEB_OPTIONS: dict[str, Any] = {"delay_seconds": 0, "allowlist": ["127.0.0.1"], "retries": 0, "use_sitemaps": False}
 
 
@@ -225,3 +228,35 @@ def test_dag_run_conf_only_keys_are_canonical(site, tributary_home: Path, tmp_pa
     counts = last_run(source.source_id)["counts"]
     assert counts["new"] == 0 and counts["changed"] + counts["unchanged"] == 1
     assert _documents(source) == before
+
+
+_LOAD = """
+import json, sys
+from pathlib import Path
+from include.config import load_sources_report
+sources, errors = load_sources_report(Path(sys.argv[1]))
+heavy = sorted(m for m in sys.modules if m.endswith(".connector") or m.split(".")[0] in ("numpy", "openpyxl", "lxml"))
+print(json.dumps({"ok": [s.source_id for s in sources], "errors": [e.message for e in errors], "heavy": heavy}))
+"""
+
+
+def test_options_of_every_kind_are_checked_without_importing_connectors(tmp_path: Path) -> None:
+    """What the DAG processor does on every parse: each kind's options model, no connector
+    (Yuque's pulls in numpy and openpyxl) and no parser library."""
+    sources = write_sources(
+        tmp_path / "sources.yaml",
+        [
+            {"kind": "web", "name": "w", "options": {"seeds": ["https://example.org/"], "quarantine_after": 2}},
+            {"kind": "files", "name": "f", "options": {"root": str(tmp_path)}},
+            {"kind": "feishu", "name": "d", "options": {"folders": ["fldcnX"], "window_overlap_minutes": 10}},
+            {"kind": "yuque", "name": "y", "options": {"namespaces": "all", "breadcrumb": False}},
+        ],
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(sources)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["ok"] == ["web:w", "files:f", "feishu:d"]
+    [error] = report["errors"]
+    assert "source #3 (yuque:y)" in error and "options.breadcrumb: unknown option (did you mean breadcrumbs?)" in error
+    assert report["heavy"] == []

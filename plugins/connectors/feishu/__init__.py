@@ -1,5 +1,15 @@
-"""Feishu / Lark drive connector: importing the package registers ``kind: feishu``."""
+"""Feishu / Lark drive connector (``kind: feishu``, registered when ``connector`` is imported)."""
 
-from plugins.connectors.feishu.connector import FeishuConnector
+from typing import Any
 
 __all__ = ["FeishuConnector"]
+
+
+def __getattr__(attr: str) -> Any:
+    # PEP 562: the connector and its libraries load on first use, so that loading a sources file
+    # (every DAG parse) can import this package's options model without them.
+    if attr == "FeishuConnector":
+        from plugins.connectors.feishu.connector import FeishuConnector
+
+        return FeishuConnector
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
