@@ -5,6 +5,7 @@ sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--win
                               run a sync in-process (same stages as the DAG)
 search QUERY [--source S]     BM25 search of the index, with each hit's lineage
 runs [--source S]             recent runs with their counts
+reap [--source S]             mark runs that died while "running" failed, remove their staging
 run RUN_ID [--action A]       one run: counts and per-item lineage
 item SOURCE KEY               an item's stored state and its history across runs
 chunk CHUNK_ID                a chunk and the run / source version / stages it came from
@@ -104,6 +105,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
         store.close()
     lines = [f"{r['run_id']:45} {r['source']:20} {r['status']:8} {_counts_text(r['counts'])}" for r in runs]
     _emit(runs, args.json, "\n".join(lines) or "no runs")
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    from include.engine.reaper import metadata_dag_run_state, reap_stale_runs
+
+    store = _store()
+    try:
+        oracle = None if args.no_airflow else metadata_dag_run_state()
+        reaped = [r.to_dict() for r in reap_stale_runs(store, source=args.source, dag_run_state=oracle)]
+    finally:
+        store.close()
+    text = "\n".join(f"{r['source']} {r['run_id']}: {r['reason']}" for r in reaped)
+    _emit(reaped, args.json, text or "nothing to reap")
     return 0
 
 
@@ -233,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(fn=cmd_runs)
+    p = sub.add_parser("reap", parents=[common], help="close runs that died while running (include/engine/reaper.py)")
+    p.add_argument("--source")
+    p.add_argument("--no-airflow", action="store_true", help="judge in-process runs only (no Airflow metadata DB)")
+    p.set_defaults(fn=cmd_reap)
     p = sub.add_parser("run", parents=[common])
     p.add_argument("run_id")
     p.add_argument("--action", choices=["new", "changed", "unchanged", "deleted", "failed", "skipped"])

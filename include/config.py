@@ -151,6 +151,10 @@ class EngineOptions(BaseModel):
     quarantine_after: int = Field(default=5, ge=1)
     window_overlap_minutes: float | None = Field(default=None, ge=0)
     fetch_operator: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$")
+    # run-log retention (read by include.engine.retention): finished runs older than this many days
+    # go with their lineage, except the last retention_keep_runs; null: TRIBUTARY_RETENTION_* or 90 / 20
+    retention_days: float | None = Field(default=None, ge=0)
+    retention_keep_runs: int | None = Field(default=None, ge=0)
 
 
 # kind -> "module:Model" of its options, imported when a source of that kind is loaded.
