@@ -95,7 +95,9 @@ def _run_row(run: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def list_runs(store: StateStore, source: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Most recent first."""
+    """Most recent first. ``limit`` must be positive: SQL engines read a negative LIMIT as none."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
     return [_run_row(r) for r in store.runs(source, limit=limit)]
 
 

@@ -114,3 +114,18 @@ def test_limit_in_range_is_honoured(audit, limit: str, expected: int) -> None:
     resp = _get(f"{url}/api/runs", token, limit=limit)
     assert resp.status_code == 200, resp.text
     assert len(resp.json()) == expected
+
+
+def test_library_refuses_a_non_positive_limit(tributary_home: Path) -> None:
+    """The CLI and the pages share ``list_runs``: -1 there would also have meant "everything"."""
+    from include.lineage import list_runs
+
+    store = open_state_store()
+    try:
+        store.start_run("r0", "files:x")
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="limit must be at least 1"):
+                list_runs(store, limit=bad)
+        assert len(list_runs(store, limit=1)) == 1
+    finally:
+        store.close()
