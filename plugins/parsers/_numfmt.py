@@ -12,6 +12,10 @@ __all__ = ["format_value"]
 
 _BRACKETS = re.compile(r"\[[^\]]*\]")
 _QUOTED = re.compile(r'"([^"]*)"')
+# Excel refuses format codes over 255 characters and shows at most 30 decimals: a longer code
+# (or more decimals) only serves to make every cell of the sheet megabytes long
+_MAX_FORMAT_LEN = 255
+_MAX_DECIMALS = 30
 _DATE_TOKENS = re.compile(r"(yyyy|yy|mmmmm|mmmm|mmm|mm|m|dddd|ddd|dd|d|hh|h|ss|s|am/pm|a/p|\.0+)", re.I)
 
 
@@ -43,6 +47,7 @@ def _number(value: float, section: str) -> str:
     if "%" in core or "%" in suffix:
         value = value * 100
     decimals = len(core.split(".", 1)[1].rstrip("%").split("E")[0].split("e")[0]) if "." in core else 0
+    decimals = min(decimals, _MAX_DECIMALS)
     if "E" in core.upper():
         body = f"{value:.{decimals}E}"
         mant, exp = body.split("E")
@@ -118,6 +123,8 @@ def format_value(value: object, number_format: str | None) -> str:
     if isinstance(value, str):
         return value
     fmt = number_format or "General"
+    if len(fmt) > _MAX_FORMAT_LEN:
+        fmt = "General"
     section = (
         fmt.split(";")[0] if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else fmt
     )

@@ -45,6 +45,13 @@ def check_zip(data: bytes, limits: Limits, what: str) -> zipfile.ZipFile:
             )
         if info.flag_bits & 0x1:
             raise ParseError(ParseErrorCode.ENCRYPTED, f"{what}: encrypted zip member {info.filename}")
+    # the ratio over the whole package too: many members each just under the per-member
+    # threshold (sixty 8 MiB headers) are one bomb, even where the libraries read them as blobs
+    packed = sum(info.compress_size for info in infos)
+    if total > _MIN_BOMB_MEMBER and total > limits.zip_max_ratio * max(packed, 1):
+        raise ParseError(
+            ParseErrorCode.BOMB, f"{what}: {len(infos)} members expand {total / max(packed, 1):.0f}x together"
+        )
     return zf
 
 

@@ -240,11 +240,16 @@ def test_huge_numbering_start_gives_short_markers(start: str, fmt: str):
 def test_header_parts_count_together_against_the_xml_budget():
     data = docx_many_headers()
     assert len(data) < 3_000_000
+    # the package's overall ratio gives it away first ...
     result = run_capped(data, "headers.docx")
+    assert result["outcome"] == "bomb", result
+    assert "together" in result["message"], result
+    # ... and with the ratio test off, the XML parts' total does
+    result = run_capped(data, "headers.docx", zip_max_ratio=1e9)
     assert result["outcome"] == "bomb", result
     assert "xml_max_total" in result["message"], result
     # the budget is on the parts together: two such headers are well within it
-    result = run_capped(docx_many_headers(count=2), "two-headers.docx")
+    result = run_capped(docx_many_headers(count=2), "two-headers.docx", zip_max_ratio=1e9)
     assert result["outcome"] == "blocks", result
 
 
@@ -260,6 +265,9 @@ def test_pptx_related_parts_count_together_against_the_xml_budget():
     data = pptx_many_big_parts()
     assert len(data) < 3_000_000
     result = run_capped(data, "parts.pptx")
+    assert result["outcome"] == "bomb", result
+    assert "together" in result["message"], result
+    result = run_capped(data, "parts.pptx", zip_max_ratio=1e9)
     assert result["outcome"] == "bomb", result
     assert "xml_max_total" in result["message"], result
 
@@ -314,3 +322,26 @@ def test_csv_padding_to_a_wide_header_counts_against_max_cells():
     result = run_capped(data, "wide.csv", first_row_as_header=True)
     assert result["outcome"] == "too_large", result
     assert "max_cells" in result["message"], result
+
+
+def xlsx_long_number_format(cells: int = 20_000, zeros: int = 100_000) -> bytes:
+    """Numbers formatted with ``zeros`` decimals: each cell rendered ``zeros`` characters long."""
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    fmt = "0." + "0" * zeros
+    for i in range(1, cells + 1):
+        ws.cell(row=i, column=1, value=i + 0.5).number_format = fmt
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def test_xlsx_number_format_longer_than_excel_allows_renders_general():
+    data = xlsx_long_number_format()
+    assert len(data) < 300_000
+    result = run_capped(data, "numfmt.xlsx")
+    assert result["outcome"] == "blocks", result
+    # Excel caps format codes at 255 characters: a longer one renders as General ("1.5")
+    assert result["chars"] < 20_000 * 12, result
