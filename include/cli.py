@@ -1,8 +1,10 @@
 """Command line: ``python -m include.cli <command>`` (``--json`` on any query for machine output).
 
-sources                       configured sources and their DAG ids
+sources                       configured sources and their DAG ids (invalid ones on stderr, exit 1)
 sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--window-end T]
-                              run a sync in-process (same stages as the DAG)
+                              run a sync in-process (same stages as the DAG); each --only-key is
+                              canonicalised by the source's connector (a page URL may be relative
+                              to the first seed, a file path relative to the root)
 search QUERY [--source S]     BM25 search of the index, with each hit's lineage
 runs [--source S]             recent runs with their counts
 reap [--source S]             mark runs that died while "running" failed, remove their staging
@@ -20,7 +22,7 @@ import json
 import sys
 from typing import Any
 
-from include.config import load_sources
+from include.config import load_sources_report
 from include.settings import get_settings
 
 __all__ = ["main"]
@@ -47,10 +49,13 @@ def _index_for(source: str | None):
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
-    sources = load_sources(get_settings().sources_file)
+    """Valid sources on stdout; each invalid one (no DAG is built for it) on stderr, exit 1."""
+    sources, errors = load_sources_report(get_settings().sources_file)
     rows = [{"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources]
     _emit(rows, args.json, "\n".join(f"{r['source']:30} {r['dag_id']:35} {r['schedule']}" for r in rows))
-    return 0
+    for error in errors:
+        print(f"invalid source, no DAG: {error.message}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -123,7 +128,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from include.lineage import run_report
+    from include.lineage import run_report, warnings_text
 
     store = _store()
     try:
@@ -145,13 +150,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     for i in report["items"]:
         version = (i["version_after"] or i["version_before"] or {}).get("modified_time") or ""
         extra = f"  ERROR {i['error']}" if i["error"] else ""
+        extra += f"  WARN {warnings_text(i['warnings'])}" if i["warnings"] else ""
         text.append(f"  {i['action']:9} {i['item_key']}  {version}  {i['reason'] or ''}{extra}")
     _emit(report, args.json, "\n".join(text))
     return 0
 
 
 def cmd_item(args: argparse.Namespace) -> int:
-    from include.lineage import item_history
+    from include.lineage import item_history, warnings_text
 
     store = _store()
     try:
@@ -169,7 +175,9 @@ def cmd_item(args: argparse.Namespace) -> int:
     else:
         text.append("  not in the index")
     text += [
-        f"  {h['run_id']}: {h['action']} {h['reason'] or ''} -> {h['version_after'] or ''}" for h in found["history"]
+        f"  {h['run_id']}: {h['action']} {h['reason'] or ''} -> {h['version_after'] or ''}"
+        + (f"  WARN {warnings_text(h['warnings'])}" if h["warnings"] else "")
+        for h in found["history"]
     ]
     _emit(found, args.json, "\n".join(text))
     return 0

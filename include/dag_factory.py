@@ -4,7 +4,10 @@
 
 Everything the DAG does lives in ``plugins/operators`` and ``include/engine``; this module only
 wires tasks together, so a DAG file stays two lines. Building a DAG touches no network and
-imports no parser, chunker or connector library.
+imports no parser, chunker or connector library: loading the sources file validates each
+source's options against its kind's model (``plugins/connectors/<kind>/options.py``, which
+imports only pydantic), so a typo fails here, at DAG parse. An invalid source gets no DAG and
+is reported as the DAG file's import error; the other sources keep theirs.
 """
 
 from __future__ import annotations

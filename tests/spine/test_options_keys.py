@@ -9,6 +9,7 @@ kind; a URL carrying a credential never becomes an item key.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,8 @@ def test_only_keys_from_the_cli_are_canonical(site, tributary_home: Path, tmp_pa
     capsys.readouterr()
     for key in (f"{base}/./guide/boats.html#moorings", "guide/../guide/nets.html"):  # absolute, then relative
         assert main(["sync", "web:site", "--only-key", key, "--json"]) == 0
-        counts = json.loads(capsys.readouterr().out)["counts"]
+        out = capsys.readouterr().out
+        counts = json.loads(out[re.search(r"^\{$", out, re.M).start() :])["counts"]  # log lines may precede it
         assert counts["new"] == 0 and counts["changed"] + counts["unchanged"] == 1
     assert _documents(source) == (keys, chunks)
 
@@ -260,3 +262,20 @@ def test_options_of_every_kind_are_checked_without_importing_connectors(tmp_path
     [error] = report["errors"]
     assert "source #3 (yuque:y)" in error and "options.breadcrumb: unknown option (did you mean breadcrumbs?)" in error
     assert report["heavy"] == []
+
+
+def test_cli_sources_names_an_invalid_source(tmp_path: Path, monkeypatch, capsys) -> None:
+    from include.cli import main
+
+    sources = write_sources(
+        tmp_path / "sources.yaml",
+        [
+            {"kind": "files", "name": "ok", "options": {"root": str(tmp_path)}},
+            {"kind": "files", "name": "typo", "options": {"root": str(tmp_path), "max_file_byte": 10}},
+        ],
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    assert main(["sources", "--json"]) == 1
+    out = capsys.readouterr()
+    assert [r["source"] for r in json.loads(out.out)] == ["files:ok"]
+    assert "files:typo" in out.err and "options.max_file_byte: unknown option (did you mean max_file_bytes?)" in out.err
