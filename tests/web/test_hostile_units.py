@@ -72,3 +72,13 @@ def test_credentials_without_a_scope_go_nowhere() -> None:
         "Cookie": "sid=1",
         "Authorization": "Basic dTpw",
     }
+
+
+def test_a_coding_that_inflates_to_nothing_is_still_capped() -> None:
+    # Empty stored deflate blocks (RFC 1951 3.2.4): endless input, no output for the final
+    # cap to count. The wire (and every intermediate layer) has its own cap.
+    nothing = b"\x78\x9c" + b"\x00\x00\x00\xff\xff" * 300_000
+    with pytest.raises(BodyTooLarge, match="raw body"):
+        _decode(nothing, "deflate", limit=1 << 20)
+    with pytest.raises(BodyTooLarge, match="layer 1"):
+        _decode(gzip.compress(nothing), "deflate, gzip", limit=1 << 20)
