@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import leakscan
 from tests.support.airflow import write_sources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,9 @@ def test_dagbag_refuses_a_seed_carrying_an_access_token(
     from airflow.dag_processing.dagbag import DagBag
 
     token = "tok-3f9a1c77e2"
-    seed = f"https://example.org/docs/?page=1&access_token={token}"
+    leakscan.register_secret("seed access_token", token)  # the session scan checks every log
+    monkeypatch.setenv("LEAKY_SEED_TOKEN", token)  # the sources file holds ${LEAKY_SEED_TOKEN}, not the token
+    seed = "https://example.org/docs/?page=1&access_token=${LEAKY_SEED_TOKEN}"
     sources = write_sources(tmp_path / "s.yaml", [{"kind": "web", "name": "leaky", "options": {"seeds": [seed]}}])
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
     bag = DagBag(dag_folder=str(ROOT / "dags"))

@@ -21,6 +21,7 @@ from include.config import SourceConfig
 from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from tests.support import leakscan
 from tests.support.airflow import write_sources
 from tests.web.helpers import serve_directory
 
@@ -110,6 +111,7 @@ def test_only_keys_carrying_a_token_are_refused_before_anything_is_fetched(site,
     _, base = site
     source = _web_source(base)
     token = "tok-8d1e55b0aa"
+    leakscan.register_secret("only_keys access_token", token)  # the session scan checks every log
     with pytest.raises(ValueError, match="Airflow Connection") as info:
         run_pipeline(source, {"only_keys": [f"{base}/faq.html?access_token={token}"]})
     assert token not in str(info.value) and "access_token" in str(info.value)
