@@ -47,6 +47,35 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             sim.counters["tokens_issued"] += 1
             return JSONResponse({"code": 0, "msg": "ok", "tenant_access_token": token, "expire": sim.token_lifetime})
 
+    @app.post("/open-apis/authen/v2/oauth/token")
+    async def oauth_token(request: Request) -> Response:
+        # authen-v2 oauth/token, grant_type refresh_token: top-level fields; the refresh token
+        # rotates (the one sent is spent, a new one comes back with refresh_token_expires_in).
+        body = await request.json()
+        with sim._lock:
+            sim.counters["user_token_refreshes"] += 1
+            if body.get("client_id") != sim.app_id or body.get("client_secret") != sim.app_secret:
+                return JSONResponse({"code": 20002, "error": "invalid_client"}, status_code=400)
+            user = sim.user_refresh_tokens.pop(str(body.get("refresh_token")), None)
+            if body.get("grant_type") != "refresh_token" or user is None:
+                return JSONResponse({"code": 20037, "error": "invalid_grant"}, status_code=400)
+            token, fresh = f"u-{secrets.token_hex(20)}", f"ur-{secrets.token_hex(20)}"
+            register_secret("feishu user_access_token", token)
+            register_secret("feishu refresh_token", fresh)
+            sim._tokens[token] = sim.now() + sim.token_lifetime
+            sim.user_refresh_tokens[fresh] = user
+            return JSONResponse(
+                {
+                    "code": 0,
+                    "access_token": token,
+                    "expires_in": sim.token_lifetime,
+                    "refresh_token": fresh,
+                    "refresh_token_expires_in": 30 * 86400,
+                    "token_type": "Bearer",
+                    "scope": "drive:drive:readonly offline_access",
+                }
+            )
+
     @app.get("/open-apis/drive/v1/files")
     async def list_files(request: Request) -> Response:
         if denied := sim._gate(request, "list"):

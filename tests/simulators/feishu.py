@@ -163,6 +163,7 @@ class FeishuSimulator:
     list_page_cap: int | None = None  # serve at most this many rows per page (a real server may)
     # APIs that refuse tenant tokens with a permanent 99991663 (issue 20.9: e.g. user-only APIs)
     tenant_token_refused: set[str] = field(default_factory=set)
+    user_token_refused: set[str] = field(default_factory=set)  # APIs answering 99991668 to u- tokens
     # (HTTP status, code, msg) answered by the tenant token call (10014/10015: issue 20.9)
     token_error: tuple[int, int, str] | None = None
     # wiki space id -> queued (HTTP status, code) answers for its node listing (issue 20.14)
@@ -264,6 +265,20 @@ class FeishuSimulator:
         with self._lock:
             self._bursts.append(_Burst(api, count, reset, status, code))
 
+    def grant_user(self, user: str = "ou_simuser") -> str:
+        """A user authorized the app: returns the refresh token the OAuth flow would yield."""
+        with self._lock:
+            token = f"ur-{secrets.token_hex(20)}"
+            register_secret("feishu refresh_token", token)
+            self.user_refresh_tokens[token] = user
+            return token
+
+    def expire_user_tokens(self) -> None:
+        """Every issued user token expires (business calls then answer 99991677)."""
+        with self._lock:
+            for token in [t for t in self._tokens if t.startswith("u-")]:
+                self._tokens[token] = 0.0
+
     def expire_export_files(self) -> None:
         with self._lock:
             for task in self._files.values():
@@ -295,6 +310,9 @@ class FeishuSimulator:
                 if token.startswith("u-"):  # user token expired (generic error-code table)
                     return self._err(400, 99991677, "user access token expired")
                 return self._err(400, 99991663, "Invalid access token for authorization.")
+            if token.startswith("u-") and api in self.user_token_refused:
+                self.counters["token_rejections"] += 1  # 99991668: API does not take user tokens
+                return self._err(400, 99991668, "user access token not support")
             if token.startswith("t-") and api in self.tenant_token_refused:
                 # An API that does not take tenant tokens answers 99991663 for every fresh one
                 # (faq how-to-fix-99991663-error: "or the API does not support tenant tokens").

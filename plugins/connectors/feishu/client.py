@@ -22,6 +22,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from plugins.connectors.feishu.budget import RequestBudget
 from plugins.connectors.feishu.errors import (
+    FeishuCredentialsError,
     FeishuDataError,
     FeishuError,
     FeishuNetworkError,
@@ -31,7 +32,7 @@ from plugins.connectors.feishu.errors import (
     credentials_error,
     error_from_response,
 )
-from plugins.connectors.feishu.token import TokenCache
+from plugins.connectors.feishu.token import TokenCache, UserTokenCache
 
 __all__ = [
     "Download",
@@ -62,6 +63,10 @@ class FeishuSettings:
     rate_limit_max_wait: float = 300.0
     token_margin: float = 300.0
     limits: dict[str, list[list[float]]] | None = None
+    # "tenant" (the app's own identity) or "user": act as the user whose OAuth refresh token
+    # the Connection holds, so their own space syncs without sharing folders to a bot.
+    auth: str = "tenant"
+    refresh_token: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -69,7 +74,8 @@ class FeishuSettings:
         return host if host.endswith("/open-apis") else f"{host}/open-apis"
 
     def __repr__(self) -> str:  # keep the secret out of logs and tracebacks
-        return f"FeishuSettings(app_id={self.app_id!r}, host={self.host!r}, redis={'yes' if self.redis_url else 'no'})"
+        redis = "yes" if self.redis_url else "no"
+        return f"FeishuSettings(app_id={self.app_id!r}, host={self.host!r}, auth={self.auth!r}, redis={redis})"
 
 
 @dataclass(slots=True)
@@ -207,9 +213,21 @@ class FeishuClient:
         )
         self._redis = _redis_client(settings.redis_url)
         self.budget = RequestBudget(settings.app_id, redis_client=self._redis, limits=settings.limits)
-        self.tokens = TokenCache(
-            settings.app_id, self._fetch_token, redis_client=self._redis, safety_margin=settings.token_margin
-        )
+        self.tokens: TokenCache | UserTokenCache
+        if settings.auth == "user":
+            if not settings.refresh_token:
+                raise ValueError("auth 'user' needs the user's OAuth refresh_token in the Connection")
+            self.tokens = UserTokenCache(
+                settings.app_id,
+                settings.refresh_token,
+                self._refresh_user_token,
+                redis_client=self._redis,
+                safety_margin=settings.token_margin,
+            )
+        else:
+            self.tokens = TokenCache(
+                settings.app_id, self._fetch_token, redis_client=self._redis, safety_margin=settings.token_margin
+            )
         self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
 
     def close(self) -> None:
@@ -249,6 +267,38 @@ class FeishuClient:
             with attempt:
                 return once()
         raise AssertionError("unreachable")
+
+    def _refresh_user_token(self, refresh_token: str) -> tuple[str, int, str, int]:
+        """``POST /authen/v2/oauth/token`` with grant_type refresh_token (top-level fields, like
+        the tenant call). A refusal means the user must authorize again: never retried."""
+        self.budget.acquire("user_token", max_wait=self.settings.rate_limit_max_wait)
+        body = {
+            "grant_type": "refresh_token",
+            "client_id": self.settings.app_id,
+            "client_secret": self.settings.app_secret,
+            "refresh_token": refresh_token,
+        }
+        try:
+            resp = self._http.post("/authen/v2/oauth/token", json=body)
+        except httpx.TransportError as exc:
+            raise FeishuNetworkError(f"user token refresh failed: {type(exc).__name__}") from exc
+        try:
+            data = decode_json(resp)
+        except FeishuError as exc:
+            if exc.retryable and not isinstance(exc, FeishuTokenInvalid):
+                raise
+            raise FeishuCredentialsError(
+                f"user token refresh for app {self.settings.app_id} refused: the refresh token is invalid, "
+                f"expired or already used; authorize again and store the new refresh token ({exc.args[0]})",
+                code=exc.code,
+                status=exc.status,
+                log_id=exc.log_id,
+            ) from exc
+        token, expire = data.get("access_token"), data.get("expires_in")
+        new_refresh, refresh_expire = data.get("refresh_token"), data.get("refresh_token_expires_in")
+        if not (isinstance(token, str) and isinstance(expire, int) and isinstance(new_refresh, str)):
+            raise FeishuDataError("user token response lacks access_token/expires_in/refresh_token")
+        return token, expire, new_refresh, int(refresh_expire or 0)
 
     # ----------------------------------------------------------------- core call
 

@@ -185,6 +185,9 @@ class FeishuConnector(Connector):
             change = self._change(key, item, request.known.get(key))
             counts[change.kind.value] += 1
             changes.append(change)
+        if self.options.get("docx_revision_check"):
+            changes = [self._by_revision(ch, request.known.get(ch.item_key)) for ch in changes]
+            counts.update({k: sum(c.kind.value == k for c in changes) for k in ("new", "changed", "unchanged")})
         changes += deleted
         stats = {
             **counts,
@@ -197,6 +200,22 @@ class FeishuConnector(Connector):
         return Discovery(
             changes=changes, complete=walk.complete, all_keys=set(walk.items) if walk.complete else None, stats=stats
         )
+
+    def _by_revision(self, change: Change, known: VersionEvidence | None) -> Change:
+        """A docx whose modified_time moved is re-fetched only if its revision_id moved too
+        (``docx/v1/documents/:id``, 5/s): modified_time also moves for edits that leave the
+        content alone. New documents get their revision recorded for the next run."""
+        if change.metadata.get("feishu_type") != "docx" or change.kind is ChangeKind.UNCHANGED:
+            return change
+        try:
+            revision = str(self.client.docx_document(change.item_key).get("revision_id") or "") or None
+        except FeishuError as exc:
+            log.info("revision of %s unavailable, keeping %s: %s", change.item_key, change.kind.value, exc)
+            return change
+        change.version = VersionEvidence(modified_time=change.version.modified_time, revision=revision)
+        if known is not None and revision is not None and known.revision == revision:
+            change.kind, change.reason = ChangeKind.UNCHANGED, f"revision_id {revision} unchanged"
+        return change
 
     def _recheck_missing(self, walk: Walk, missing: set[str]) -> list[Change]:
         """Known items this walk did not list: deleted only when Feishu confirms it.

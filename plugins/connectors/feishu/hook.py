@@ -36,7 +36,23 @@ def settings_from_conn(conn: Any, *, redis_url: str | None = None, **overrides: 
         host = f"{conn.schema or 'https'}://{host}" + (f":{conn.port}" if conn.port else "")
     if not conn.login or not conn.password:
         raise ValueError(f"connection {conn_id!r} needs the app id as login and the app secret as password")
-    return FeishuSettings(app_id=conn.login, app_secret=conn.password, host=host, redis_url=redis_url, **overrides)
+    auth = str(extra.get("auth") or "tenant")
+    if auth not in ("tenant", "user"):
+        raise ValueError(f"connection {conn_id!r}: extra.auth must be 'tenant' or 'user'")
+    refresh = extra.get("refresh_token")
+    if auth == "user" and not refresh:
+        raise ValueError(
+            f"connection {conn_id!r}: extra.auth 'user' needs extra.refresh_token (the user's OAuth grant)"
+        )
+    return FeishuSettings(
+        app_id=conn.login,
+        app_secret=conn.password,
+        host=host,
+        redis_url=redis_url,
+        auth=auth,
+        refresh_token=refresh if auth == "user" else None,
+        **overrides,
+    )
 
 
 try:  # the hook class is only for Airflow users; the client works without Airflow

@@ -19,7 +19,7 @@ from typing import Any
 
 from cachetools import TLRUCache
 
-__all__ = ["TokenCache"]
+__all__ = ["TokenCache", "UserTokenCache"]
 
 # Compare-and-delete: only remove the cached token if it is the one that was rejected.
 _DROP_IF_EQUAL_LUA = """
@@ -97,3 +97,87 @@ class TokenCache:
             hit = _LOCAL.get(self._key)
             if hit and hit[0] == token:
                 del _LOCAL[self._key]
+
+
+# Process-wide fallback for user tokens: key -> (access token, expires_at_monotonic) and the
+# rotated refresh token (OAuth v2 refresh tokens are single-use: each refresh returns a new one).
+_USER_LOCAL: dict[str, tuple[str, float]] = {}
+_USER_REFRESH: dict[str, str] = {}
+
+
+class UserTokenCache:
+    """Get-or-refresh of one user's ``user_access_token``, shared like the tenant token.
+
+    ``refresh(refresh_token)`` performs ``POST /authen/v2/oauth/token`` (grant_type
+    refresh_token) and returns ``(access_token, expires_in, new_refresh_token, refresh_expires_in)``.
+    The newest refresh token lives in Redis next to the access token, under the same lock, so N
+    workers make one refresh and none of them spends a refresh token another already used. The
+    Connection's refresh token seeds the chain; the key is a hash of it (never the token itself),
+    so re-authorizing (a new refresh token in the Connection) starts a new chain.
+    """
+
+    def __init__(
+        self,
+        app_id: str,
+        initial_refresh_token: str,
+        refresh: Callable[[str], tuple[str, int, str, int]],
+        *,
+        redis_client: Any = None,
+        safety_margin: float = 300.0,
+        lock_timeout: float = 30.0,
+        namespace: str = "tributary:feishu:user_token",
+    ) -> None:
+        import hashlib
+
+        self.kind = "user"
+        self.app_id = app_id
+        self._initial = initial_refresh_token
+        self._refresh = refresh
+        self._redis = redis_client
+        self._margin = safety_margin
+        self._lock_timeout = lock_timeout
+        subject = hashlib.sha256(initial_refresh_token.encode()).hexdigest()[:16]
+        self._key = f"{namespace}:{app_id}:{subject}"
+        self._drop_script = redis_client.register_script(_DROP_IF_EQUAL_LUA) if redis_client is not None else None
+
+    def _ttl(self, expire: int) -> float:
+        return max(1.0, min(float(expire) - self._margin, float(expire) * 0.9))
+
+    def get(self) -> str:
+        if self._redis is None:
+            return self._get_local()
+        cached = self._redis.get(self._key)
+        if cached:
+            return cached.decode() if isinstance(cached, bytes) else cached
+        with self._redis.lock(f"{self._key}:lock", timeout=self._lock_timeout, blocking_timeout=self._lock_timeout + 5):
+            cached = self._redis.get(self._key)
+            if cached:
+                return cached.decode() if isinstance(cached, bytes) else cached
+            stored = self._redis.get(f"{self._key}:refresh")
+            current = (stored.decode() if isinstance(stored, bytes) else stored) or self._initial
+            token, expire, new_refresh, refresh_expire = self._refresh(current)
+            pipe = self._redis.pipeline()
+            pipe.set(f"{self._key}:refresh", new_refresh, ex=max(60, int(refresh_expire)))
+            pipe.set(self._key, token, px=int(self._ttl(expire) * 1000))
+            pipe.execute()
+            return token
+
+    def _get_local(self) -> str:
+        with _LOCAL_LOCK:
+            hit = _USER_LOCAL.get(self._key)
+            if hit and hit[1] > time.monotonic():
+                return hit[0]
+            current = _USER_REFRESH.get(self._key, self._initial)
+            token, expire, new_refresh, _refresh_expire = self._refresh(current)
+            _USER_REFRESH[self._key] = new_refresh
+            _USER_LOCAL[self._key] = (token, time.monotonic() + self._ttl(expire))
+            return token
+
+    def invalidate(self, token: str) -> None:
+        if self._drop_script is not None:
+            self._drop_script(keys=[self._key], args=[token])
+            return
+        with _LOCAL_LOCK:
+            hit = _USER_LOCAL.get(self._key)
+            if hit and hit[0] == token:
+                del _USER_LOCAL[self._key]
