@@ -508,9 +508,7 @@ class YuqueSimulator:
             if not rest:
                 self.counters["repo"] += 1
                 return (
-                    {"data": {**self._repo_json(repo), "toc_yml": ""}}
-                    if self._visible(login, repo)
-                    else self._hidden()
+                    {"data": {**self._repo_json(repo), "toc_yml": ""}} if self._visible(login, repo) else self._hidden()
                 )
             if rest == ["docs"]:
                 return self._list_docs(repo, q, login)

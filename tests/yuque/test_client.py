@@ -51,6 +51,7 @@ def test_simulator_refuses_missing_user_agent(sim, yuque_url):
 def test_final_errors_are_typed_and_never_retried(sim, yuque_url, token, path, error, status):
     sim.add_account("bob")
     sim.add_repo("bob", "private")
+    sim.invisible_status = 403  # real Yuque answers 404 for a repo the token cannot see
     sleeps: list[float] = []
     with make_client(yuque_url, token, sleep=sleeps.append) as client, pytest.raises(error) as info:
         client.get(path)

@@ -101,8 +101,11 @@ def test_no_change_resync_fetches_nothing(yuque_conn, space):
         found = conn.discover(DiscoveryRequest(known=_known(sim, docs.values())))
     assert {c.kind for c in found.changes} == {ChangeKind.UNCHANGED} and len(found.changes) == len(docs)
     assert found.complete
-    assert sim.counters["doc"] == 0 and sim.counters["toc"] == 0
-    assert sim.counters["docs"] == 2  # one listing page per repo
+    # one incremental listing page, one tombstone page and one TOC per repo (the TOC: a doc moved
+    # in it changes its heading path without touching the doc)
+    assert sim.counters["doc"] == 0 and sim.counters["toc"] == 2
+    assert sim.counters["docs"] == 2 and sim.counters["docs_deleted"] == 2
+    assert found.stats["incremental_repos"] == 2
 
 
 def test_edited_doc_alone_is_changed(yuque_conn, space):
@@ -148,10 +151,16 @@ def test_malformed_records_skipped_with_reason(yuque_conn, space):
 
 def test_configured_namespaces_and_vanished_repo(yuque_conn, space):
     sim, docs = space
-    with YuqueConnector(yuque_source(namespaces=["alice/notes", "alice/gone"])) as conn:
+    with YuqueConnector(yuque_source(namespaces=["alice/notes"])) as conn:
         found = conn.discover(DiscoveryRequest(known={}))
     assert found.complete and found.all_keys == {_key(sim, docs["lake"])}
-    assert sim.counters["repos"] == 0 and sim.counters["user"] == 0
+    # no owner listing; the one /user is the request budget learning the token's account
+    assert sim.counters["repos"] == 0 and sim.counters["user"] == 1
+    # a 404 repo is "not seen", never "deleted": the walk is incomplete (see test_real_service)
+    with YuqueConnector(yuque_source(namespaces=["alice/notes", "alice/gone"])) as conn:
+        found = conn.discover(DiscoveryRequest(known={}))
+    assert not found.complete and found.all_keys is None
+    assert any("alice/gone" in r and "404" in r for r in found.stats["incomplete_reasons"])
 
 
 def test_team_token_lists_group_repos(yuque_url, sim, monkeypatch):
@@ -191,9 +200,10 @@ def _fetch(sim, doc, source=None):
 def test_fetch_markdown_html_and_lake(yuque_conn, space):
     sim, docs = space
     md = _fetch(sim, docs["md"])
+    # the TOC path heads the text (the doc's own headings nest under it); the title is front matter
     assert (md.media_type, md.data.decode(), md.file_name) == (
         "text/markdown",
-        docs["md"].body,
+        "---\ntitle: 入职指南\n---\n# 知识库\n\n## 入门\n\n### 第一周\n\n#### 入职指南\n\n##### 入职指南\n\n欢迎加入。",
         f"{docs['md'].slug}.md",
     )
     assert md.metadata["breadcrumbs"] == ["知识库", "入门", "第一周"] and md.metadata["source_format"] == "markdown"
@@ -201,7 +211,9 @@ def test_fetch_markdown_html_and_lake(yuque_conn, space):
     html = _fetch(sim, docs["html"])
     assert html.media_type == "text/html" and html.data.decode() == docs["html"].body
     lake = _fetch(sim, docs["lake"])
-    assert lake.media_type == "text/markdown" and lake.data.decode() == "一段 **Lake** 文字"
+    assert lake.media_type == "text/markdown" and lake.data.decode().endswith("# 笔记\n\n## 随记\n\n一段 **Lake** 文字")
+    plain = _fetch(sim, docs["lake"], yuque_source(toc_headings=False))
+    assert plain.data.decode() == "一段 **Lake** 文字"
 
 
 def test_fetch_lakesheet_rebuilds_workbook(yuque_conn, space):

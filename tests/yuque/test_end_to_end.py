@@ -11,7 +11,7 @@ from include.contract import document_id
 from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
-from tests.yuque.conftest import yuque_source
+from tests.yuque.conftest import TOKEN, yuque_source
 from tests.yuque.sheet_models import GOLDEN
 
 
@@ -85,7 +85,8 @@ def test_full_sync_then_no_change_edit_and_delete(space):
     second = run_pipeline(source)
     assert (second.counts["new"], second.counts["changed"], second.counts["unchanged"]) == (0, 0, 5)
     assert second.counts["fetched"] == 0 and _doc_fetches(sim) == 0
-    assert sim.counters["docs"] == 2 and sim.counters["toc"] == 0
+    # one incremental listing, one tombstone listing and one TOC per repo
+    assert sim.counters["docs"] == 2 and sim.counters["toc"] == 2
 
     # an edited doc is fetched and re-indexed alone
     sim.edit_doc(docs["md"], body="# 入职指南\n\n新同事第一天请到三楼人事处报到。")
@@ -162,9 +163,14 @@ def test_request_budget_counted_in_redis(sim, yuque_conn, tributary_home, redis_
     assert run_pipeline(yuque_source()).counts["new"] == 3
     client = redis.Redis.from_url(redis_url)
     try:
-        keys = client.keys("tributary:yuque:budget:*")
-        assert len(keys) == 1 and b"alice-token" not in keys[0]  # one token, stored only as a hash
-        assert int(client.get(keys[0])) == sim.counters["requests"] > 0
+        keys = sorted(client.keys("tributary:yuque:budget:*"))
+        # one hourly count and one send schedule, both of alice's *account* (Yuque's limit is per
+        # account, not per token); the token appears nowhere
+        user_id = sim.accounts["alice"]["id"]
+        assert [k.decode().rsplit(":", 1)[0] for k in keys] == [f"tributary:yuque:budget:account:{user_id}"] * 2
+        assert not any(TOKEN.encode() in k for k in keys)
+        (count_key,) = [k for k in keys if not k.endswith(b":pace")]
+        assert int(client.get(count_key)) == sim.counters["requests"] > 0
     finally:
         client.close()
 
@@ -182,5 +188,5 @@ def test_doc_absent_from_complete_listing_is_deleted(sim, yuque_conn, tributary_
         (row,) = store.run_items(summary.run_id, "deleted")
     finally:
         store.close()
-    assert row["item_key"] == f"alice/kb/{docs[2].id}" and "absent from 1 complete listing" in row["reason"]
+    assert row["item_key"] == f"{repo.id}/{docs[2].id}" and "absent from 1 complete listing" in row["reason"]
     assert _search(source, "doc2x") == set() and _search(source, "doc3x")

@@ -111,17 +111,18 @@ class YuqueClient:
         assert self.budget is not None
         self._bind_pending = False
         try:
-            user = self._send("/user", None).get("data")
+            user = self._send("/user", None, counted=False).get("data")
         except YuqueError:
-            self._bind_pending = True  # counted under the token meanwhile; bound on a later call
+            self._bind_pending = True  # bound on a later call
             raise
         if isinstance(user, dict) and user.get("id") is not None:
             self.budget.bind(str(user["id"]))
+        self.budget.acquire()  # the /user request itself, counted (and paced) once bound
 
-    def _send(self, path: str, params: dict[str, Any] | None) -> Any:
+    def _send(self, path: str, params: dict[str, Any] | None, *, counted: bool = True) -> Any:
         if self._bind_pending:
             self._bind()
-        if self.budget is not None:
+        if self.budget is not None and counted:
             self.budget.acquire()
         try:
             response = self._http.get(path, params=params)

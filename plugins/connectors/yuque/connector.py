@@ -178,7 +178,9 @@ class YuqueConnector(Connector):
             parts = revision_parts(version.revision)
             toc = None if entry.toc is None else toc_part([entry.repo.name, *entry.toc.get(doc_id, [])])
             if parts and toc is not None and parts["t"] not in (toc, UNKNOWN):
-                moved = VersionEvidence(modified_time=version.modified_time, revision=with_toc(version.revision or "", toc))
+                moved = VersionEvidence(
+                    modified_time=version.modified_time, revision=with_toc(version.revision or "", toc)
+                )
                 stub = DocSummary(doc_id, None, "", "Doc", None, parts["u"] or None, version.modified_time, 1)
                 out.append(self._change(entry, stub, key, Comparison(Verdict.CHANGED, moved, "moved in the TOC")))
             else:
@@ -209,7 +211,9 @@ class YuqueConnector(Connector):
                 seen = compare(known.get(key), self._evidence(entry, doc))
                 if seen.verdict is Verdict.UNCHANGED:
                     # reported so the engine's lineage and last-seen marks cover it; never fetched
-                    unchanged.append(Change(key, ChangeKind.UNCHANGED, seen.evidence, title=doc.title, reason=seen.reason))
+                    unchanged.append(
+                        Change(key, ChangeKind.UNCHANGED, seen.evidence, title=doc.title, reason=seen.reason)
+                    )
                 elif self._in_window(doc, request):
                     changes.append(self._change(entry, doc, key, seen))
             all_keys.update(current[d] for d in entry.unlisted)

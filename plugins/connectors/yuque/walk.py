@@ -99,7 +99,9 @@ class Walker:
             except RecordError as exc:
                 # its docs are unknown this run, so nothing may be inferred deleted
                 self.log.warning("Yuque repo record skipped: %s", exc.reason)
-                walk.skipped.append({"item_key": f"{login}/<repo record>", "reason": f"malformed repo record: {exc.reason}"})
+                walk.skipped.append(
+                    {"item_key": f"{login}/<repo record>", "reason": f"malformed repo record: {exc.reason}"}
+                )
                 walk.incomplete("a repo record was unreadable")
                 continue
             if not types or repo.type in types:
