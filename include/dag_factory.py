@@ -7,7 +7,8 @@ wires tasks together, so a DAG file stays two lines. Building a DAG touches no n
 imports no parser, chunker or connector library: loading the sources file validates each
 source's options against its kind's model (``plugins/connectors/<kind>/options.py``, which
 imports only pydantic), so a typo fails here, at DAG parse. An invalid source gets no DAG and
-is reported as the DAG file's import error; the other sources keep theirs.
+is reported as the import error of ``dags/tributary_sources_check.py`` (:func:`check_sources`);
+the other sources keep theirs.
 """
 
 from __future__ import annotations
@@ -22,15 +23,12 @@ from typing import Any
 
 from airflow.sdk import DAG, Asset, Param
 
-from include.config import SourceConfig, SourceError, load_sources_report
+from include.config import SourceConfig, load_sources_report
 from include.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INVALID_SOURCES_KEY", "InvalidSourcesError", "build_dag", "build_dags", "index_asset", "schedule_for"]
-
-# build_dags() key of the object that reports invalid sources (never a DAG id: ids are sync_*)
-INVALID_SOURCES_KEY = "tributary_invalid_sources"
+__all__ = ["InvalidSourcesError", "build_dag", "build_dags", "check_sources", "index_asset", "schedule_for"]
 
 # Connectors whose fetch stage waits in the triggerer instead of a worker slot. Kept here as
 # names (not imports) so that parsing DAG files never imports connector libraries.
@@ -313,38 +311,29 @@ class InvalidSourcesError(ValueError):
     """Sources of the sources file that do not validate (fields or options): their DAGs are not built."""
 
 
-class _InvalidSourcesReport(DAG):
-    """Carries the invalid sources' errors to the DAG processor as an import error of the DAG file.
+def check_sources(sources_file: Path | None = None) -> None:
+    """Raise :class:`InvalidSourcesError` naming every invalid source (and its bad keys).
 
-    Airflow records import errors per file, and an exception raised while the file runs would
-    take every source's DAG down with it. ``DagBag`` calls ``validate()`` on each DAG before
-    bagging it and records a failure as an import error of the file while it keeps the file's
-    other DAGs: so the valid sources keep their DAGs (and schedules), the UI's "DAG import errors"
-    names each bad source and key, and this object itself is never bagged.
+    Called by its own DAG file, ``dags/tributary_sources_check.py``, so that the error is that
+    file's import error: Airflow records import errors per file and marks *every* DAG of a file
+    with one stale (unscheduled), so reporting it from the file that builds the DAGs would stop
+    every source because of one typo. This way the UI's "DAG import errors" names the bad source
+    and key while the valid sources' DAGs, built by ``dags/tributary_sources.py``, keep running.
     """
-
-    def __init__(self, errors: list[SourceError]) -> None:
-        super().__init__(dag_id=INVALID_SOURCES_KEY, schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
-        self.errors = errors
-
-    def validate(self) -> None:
-        names = ", ".join(e.dag_id or e.label for e in self.errors)
-        lines = "\n".join(e.message for e in self.errors)
-        raise InvalidSourcesError(f"{len(self.errors)} source(s) not built ({names}):\n{lines}")
+    _, errors = load_sources_report(sources_file or get_settings().sources_file)
+    if errors:
+        names = ", ".join(e.dag_id or e.label for e in errors)
+        lines = "\n".join(e.message for e in errors)
+        raise InvalidSourcesError(f"{len(errors)} source(s) have no DAG until fixed ({names}):\n{lines}")
 
 
 def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
     """Every valid configured source's DAG, keyed by DAG id.
 
-    Invalid sources (a typo'd option, a credential in the config...) get no DAG; when there are
-    any, the result also holds, under :data:`INVALID_SOURCES_KEY`, the object that makes the DAG
-    processor report them as the file's import error (see :class:`_InvalidSourcesReport`).
+    An invalid source (a typo'd option, a credential in the config...) gets no DAG; it is logged
+    here and reported as an import error by :func:`check_sources`.
     """
-    path = sources_file or get_settings().sources_file
-    sources, errors = load_sources_report(path)
-    dags: dict[str, DAG] = {src.dag_id: build_dag(src) for src in sources}
+    sources, errors = load_sources_report(sources_file or get_settings().sources_file)
     for error in errors:
         log.error("source not built: %s", error.message)
-    if errors:
-        dags[INVALID_SOURCES_KEY] = _InvalidSourcesReport(errors)
-    return dags
+    return {src.dag_id: build_dag(src) for src in sources}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -60,8 +61,8 @@ def test_factory_builds_one_dag_per_source_with_the_pipeline(tmp_path: Path, mon
 def test_dagbag_reports_a_typo_option_and_keeps_the_other_sources(
     no_network: list, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A typo (``max_page``) fails when the DAG file is parsed, not when a run starts: the file's
-    import error names the source and the key; the valid sources keep their DAGs."""
+    """A typo (``max_page``) fails when the DAG files are parsed, not when a run starts: an import
+    error names the source and the key; the valid sources keep their DAGs."""
     from airflow.dag_processing.dagbag import DagBag
 
     sources = write_sources(
@@ -76,7 +77,8 @@ def test_dagbag_reports_a_typo_option_and_keeps_the_other_sources(
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert set(bag.dags) == {"sync_web_good", "sync_files_share"}
     [(path, error)] = bag.import_errors.items()
-    assert path.endswith("tributary_sources.py")
+    # reported by the check file, so that Airflow does not mark the valid DAGs' file stale
+    assert path.endswith("tributary_sources_check.py")
     assert "sync_web_typo" in error and "web:typo" in error
     assert "options.max_page: unknown option (did you mean max_pages?)" in error
     assert no_network == []
@@ -100,3 +102,38 @@ def test_dagbag_refuses_a_seed_carrying_an_access_token(
     [error] = bag.import_errors.values()
     assert "web:leaky" in error and "access_token" in error and "Airflow Connection" in error
     assert token not in error
+
+
+@pytest.mark.airflow
+def test_a_typo_leaves_the_other_sources_scheduled_in_the_metadata_db(tmp_path: Path) -> None:
+    """What the dag-processor stores (``airflow dags reserialize``: parse and sync to the DB):
+    the import error names the bad source, and the valid source's DAG is not stale (Airflow marks
+    every DAG of a file with an import error stale, and stale DAGs are not scheduled)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    sources = write_sources(
+        tmp_path / "s.yaml",
+        [
+            {"kind": "web", "name": "good", "options": {"seeds": ["https://example.org/"]}},
+            {"kind": "web", "name": "typo", "options": {"seeds": ["https://example.org/"], "max_page": 3}},
+        ],
+    )
+    home = tmp_path / "airflow"
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "TRIBUTARY_SOURCES": str(sources)}
+    env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)  # this AIRFLOW_HOME's own SQLite DB
+    for command in (["db", "migrate"], ["dags", "reserialize"]):
+        subprocess.run(
+            [sys.executable, "-m", "airflow", *command], env=env, check=True, capture_output=True, timeout=300
+        )
+    db = sqlite3.connect(home / "airflow.db")
+    try:
+        dags = dict(db.execute("SELECT dag_id, is_stale FROM dag").fetchall())
+        errors = dict(db.execute("SELECT filename, stacktrace FROM import_error").fetchall())
+    finally:
+        db.close()
+    assert dags == {"sync_web_good": 0}
+    [(filename, error)] = errors.items()
+    assert filename == "tributary_sources_check.py"
+    assert "web:typo" in error and "options.max_page: unknown option (did you mean max_pages?)" in error
