@@ -8,6 +8,8 @@ dependencies (pydantic, ``include.config``).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from include.config import EngineOptions
@@ -31,10 +33,13 @@ class FeishuOptions(EngineOptions):
 
     ``folders`` (folder tokens, ``root`` for the app's root folder), ``wiki_spaces`` (space ids,
     or ``all``), ``types`` (file types to sync), ``export_formats`` (type -> export extension),
-    ``tenant_url`` (the tenant's web address, for document links), ``max_file_bytes``, export
-    waiting (``export_deadline_seconds``, ``export_poll_interval``, ``export_poll_max_interval``,
-    ``deferrable``), ``client`` (:class:`FeishuClientOptions`), ``rate_limits`` (per-API
-    ``[[max requests, window seconds], ...]`` overrides). Plus the engine's options.
+    ``tenant_url`` (the tenant's web address, for document links), ``max_file_bytes``,
+    ``docx_fetch`` (``export`` as .docx, or ``raw_content``: plain text in one call),
+    ``docx_revision_check`` (compare docx revision ids, not only modified times), exports
+    (``export_concurrency`` in flight, ``export_deadline_seconds``, ``export_poll_interval``,
+    ``export_poll_max_interval``, ``deferrable``), ``client`` (:class:`FeishuClientOptions`),
+    ``rate_limits`` (per-API ``[[max requests, window seconds], ...]`` overrides). Plus the
+    engine's options.
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -49,5 +54,10 @@ class FeishuOptions(EngineOptions):
     export_poll_interval: float = Field(default=1.0, gt=0)
     export_poll_max_interval: float = Field(default=8.0, gt=0)
     deferrable: bool = True
+    # H8 (issue 20): in-task exports in flight at once; docx via raw_content (text, one call);
+    # a changed modified_time re-checked against docx revision_id before re-fetching.
+    export_concurrency: int = Field(default=20, ge=1, le=200)
+    docx_fetch: Literal["export", "raw_content"] = "export"
+    docx_revision_check: bool = False
     client: FeishuClientOptions = Field(default_factory=FeishuClientOptions)
     rate_limits: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)

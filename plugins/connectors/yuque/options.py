@@ -22,8 +22,11 @@ class YuqueOptions(EngineOptions):
 
     ``namespaces`` (``login/slug`` repos, or ``all`` / absent for every repo of the owner),
     ``login`` / ``owner_type`` (whose repos ``all`` means), ``repo_types`` (only repos of these
-    types), ``breadcrumbs`` (read TOCs for heading paths), ``deleted_listing`` (read explicit
-    tombstones), ``max_sheet_bytes`` (inflate cap of lakesheet bodies). Plus the engine's options.
+    types), ``include_drafts`` (sync unpublished docs too), ``breadcrumbs`` (read TOCs for heading
+    paths), ``toc_headings``, ``deleted_listing`` (read explicit tombstones),
+    ``incremental_listing`` / ``incremental_overlap_minutes`` (list only what changed since the
+    newest stored edit, minus this overlap), ``max_sheet_bytes`` (inflate cap of lakesheet
+    bodies). Plus the engine's options.
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -32,6 +35,10 @@ class YuqueOptions(EngineOptions):
     login: str | None = None
     owner_type: Literal["user", "group"] | None = None
     repo_types: list[str] | None = None
+    include_drafts: bool = False
     breadcrumbs: bool = True
+    toc_headings: bool = True
     deleted_listing: bool = True
+    incremental_listing: bool = True
+    incremental_overlap_minutes: float = Field(default=10, ge=0)
     max_sheet_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
