@@ -281,3 +281,68 @@ def test_cli_sources_names_an_invalid_source(tmp_path: Path, monkeypatch, capsys
     out = capsys.readouterr()
     assert [r["source"] for r in json.loads(out.out)] == ["files:ok"]
     assert "files:typo" in out.err and "options.max_file_byte: unknown option (did you mean max_file_bytes?)" in out.err
+
+
+def _option_reads(path: Path) -> set[str]:
+    """Keys read as ``<...>options.get("k")`` / ``opts.get("k")`` / ``options["k"]`` in a module."""
+    import ast
+
+    def is_options(node: ast.AST) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+        return name in ("options", "opts")
+
+    keys: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and is_options(node.func.value)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            keys.add(str(node.args[0].value))
+        elif isinstance(node, ast.Subscript) and is_options(node.value) and isinstance(node.slice, ast.Constant):
+            keys.add(str(node.slice.value))
+    return keys
+
+
+@pytest.mark.parametrize("kind", ["web", "files", "feishu", "yuque"])
+def test_every_option_a_connector_reads_is_in_its_model(kind: str) -> None:
+    """The options model refuses unknown keys at DAG parse, so it must know every key read."""
+    from include.config import options_model
+
+    fields = set(options_model(kind).model_fields)
+    package = ROOT / "plugins" / "connectors" / kind
+    read = {k for p in package.glob("*.py") if p.name != "options.py" for k in _option_reads(p)}
+    assert read - fields == set()
+
+
+def test_every_option_the_engine_reads_is_an_engine_option() -> None:
+    """``source.options`` keys read outside the connectors are the engine's, accepted by every kind."""
+    import ast
+
+    from include.config import EngineOptions
+
+    def source_options(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.Attribute) and node.attr == "options"):
+            return False
+        owner = node.value
+        return (isinstance(owner, ast.Name) and owner.id in ("source", "src")) or (
+            isinstance(owner, ast.Attribute) and owner.attr == "source"
+        )
+
+    read: set[str] = set()
+    for path in [*(ROOT / "include").rglob("*.py"), *(ROOT / "plugins" / "operators").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and source_options(node.func.value)
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                read.add(str(node.args[0].value))
+    assert "window_overlap_minutes" in read  # the sync operator's read is found
+    assert read - set(EngineOptions.model_fields) == set()
