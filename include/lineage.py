@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from include.config import IndexConfig, load_sources
+from include.config import IndexConfig, load_sources_report
 from include.settings import get_settings
 from include.stores import StateStore
 
@@ -156,7 +156,8 @@ def item_history(store: StateStore, source: str, item_key: str) -> dict[str, Any
 
 def _index_configs(source: str | None) -> list[IndexConfig]:
     """The index a source writes to, or every distinct configured index (default first)."""
-    configs = [s.index for s in load_sources(get_settings().sources_file) if source in (None, s.source_id, s.name)]
+    valid = load_sources_report(get_settings().sources_file)[0]  # another source's typo must not fail this
+    configs = [s.index for s in valid if source in (None, s.source_id, s.name)]
     if source is None:
         configs.insert(0, IndexConfig())
     seen, unique = set(), []

@@ -54,12 +54,12 @@ Store = Annotated[StateStore, Depends(_store)]
 
 
 def _sources() -> list[dict[str, Any]]:
-    from include.config import load_sources
+    from include.config import load_sources_report
     from include.settings import get_settings
 
     return [
         {"source": s.source_id, "dag_id": s.dag_id, "kind": s.kind, "index": f"{s.index.backend}/{s.index.name}"}
-        for s in load_sources(get_settings().sources_file)
+        for s in load_sources_report(get_settings().sources_file)[0]  # valid ones: a typo elsewhere is no 500
     ]
 
 
