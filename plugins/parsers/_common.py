@@ -59,6 +59,11 @@ class Limits:
     zip_max_ratio: float = 200.0
     xml_max_depth: int = 256
     time_budget_s: float = 120.0
+    # memory an isolated (forked) parse may add: max(isolate_memory, ratio x input size)
+    isolate_memory: int = 1024 * MiB
+    isolate_memory_ratio: float = 8.0
+    # total bytes a PDF's compressed non-image streams may inflate to (pdfium holds them)
+    pdf_max_inflated: int = 512 * MiB
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:
