@@ -95,3 +95,56 @@ def test_hook_reads_the_connection_lazily(sim: FeishuSimulator, feishu_conn: str
         assert hook.get_settings().base_url.endswith("/open-apis")
     finally:
         hook.close()
+
+
+@pytest.fixture
+def slow_batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch) -> str:
+    folder = sim.add_folder("慢批次")
+    sim.add("docx", "快", folder, "# 快\n很快导出")
+    slow = sim.add("docx", "慢", folder, "# 慢\n导出很慢")
+    sim.set_export(slow, 0, pending_polls=8)
+    sim.add("file", "附件.txt", folder, "附件内容".encode(), media_type="text/plain")
+    options = {
+        "folders": [folder],
+        "export_poll_interval": 0.05,
+        "export_poll_max_interval": 0.1,
+        "export_resume_after_done_seconds": 0.2,
+    }
+    sources = write_sources(
+        tmp_path / "sources.yaml", [{"kind": "feishu", "name": "slow", "schedule": None, "options": options}]
+    )
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
+    from include.engine import get_source
+
+    ctx = RunContext(source=get_source("feishu:slow"), run_id="manual__op_slow")
+    store = open_state_store()
+    try:
+        start_run(ctx, store)
+        (path,) = discover_stage(ctx, store)["batches"]
+    finally:
+        store.close()
+    return path
+
+
+def test_deferred_path_downloads_finished_exports_before_the_rest(slow_batch: str, sim: FeishuSimulator) -> None:
+    """Issue 20.13 on the deferred path: a finished export is not left to expire while the
+    trigger waits for a slow one; the task resumes, downloads and stages it, and defers again."""
+    context = {"run_id": "manual__op_slow", "params": {}}
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:slow", batch=slow_batch)
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(context)
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(first_event(info.value.trigger))
+    assert event["status"] == "partial"
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(context, event, **(info.value.kwargs or {}))
+    assert sim.counters["export_downloads"] == 1  # the fast one, while the slow one renders
+    assert [t["state"] for t in again.value.trigger.tickets] == ["pending"]
+    final = asyncio.run(first_event(again.value.trigger))
+    manifest = read_manifest(op.execute_complete(context, final, **(again.value.kwargs or {})))
+    assert sorted(e["raw"]["file_name"] for e in manifest["items"]) == ["快.docx", "慢.docx", "附件.txt"]
+    assert manifest["failures"] == [] and sim.counters["export_creations"] == 2

@@ -9,7 +9,9 @@ with ``deferrable=False`` (option or argument) the same concurrent polling runs 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -50,35 +52,60 @@ class FeishuExportFetchOperator(BaseOperator):
                 docs, failures = connector.fetch_batch(changes)
                 return self._write(docs, [_failure_dict(k, e) for k, e in failures])
             tickets, failures = connector.start_exports(changes)
-            pending = [t for t in tickets if t.state == "pending"]
             self.log.info("%d export tasks created, %d refused; deferring", len(tickets), len(failures))
-            if pending:
-                from plugins.connectors.feishu.trigger import FeishuExportTrigger
+            refused = [_failure_dict(k, e) for k, e in failures]
+            if any(t.state == "pending" for t in tickets):
+                self._defer(connector, tickets, refused, [])
+            return self._finish(connector, changes, tickets, refused)
 
-                self.defer(
-                    trigger=FeishuExportTrigger(
-                        conn_id=connector.conn_id,
-                        tickets=[t.to_dict() for t in tickets],
-                        client_overrides=connector.client_overrides(),
-                        **connector.poll_kwargs(),
-                    ),
-                    method_name="execute_complete",
-                    kwargs={"failures": [_failure_dict(k, e) for k, e in failures]},
-                )
-            return self._finish(connector, changes, tickets, [_failure_dict(k, e) for k, e in failures])
+    def _defer(self, connector, tickets: list[ExportTicket], failures: list[dict], staged: list[dict]) -> None:
+        from plugins.connectors.feishu.trigger import FeishuExportTrigger
 
-    def execute_complete(self, context: Any, event: dict[str, Any], failures: list[dict] | None = None) -> str:
+        resume = connector.options.get("export_resume_after_done_seconds", 120)
+        self.defer(
+            trigger=FeishuExportTrigger(
+                conn_id=connector.conn_id,
+                tickets=[t.to_dict() for t in tickets],
+                client_overrides=connector.client_overrides(),
+                resume_after_done=None if resume is None else float(resume),
+                **connector.poll_kwargs(),
+            ),
+            method_name="execute_complete",
+            kwargs={"failures": failures, "staged": staged},
+        )
+
+    def execute_complete(
+        self,
+        context: Any,
+        event: dict[str, Any],
+        failures: list[dict] | None = None,
+        staged: list[dict] | None = None,
+    ) -> str:
         from include.engine import read_batch
 
-        if event.get("status") == "error":
-            self.log.warning("export polling ended early: %s", event.get("error"))
+        failures, staged = list(failures or []), list(staged or [])
         tickets = [ExportTicket.from_dict(t) for t in event.get("tickets") or []]
-        for t in tickets:
-            if t.state == "pending":  # polling stopped without a verdict for this one
-                t.state, t.error_reason = "failed", "export_poll_error"
-                t.job_error_msg = str(event.get("error") or "polling stopped")[:300]
+        changes = read_batch(self.batch)
         with self._connector(context) as connector:
-            return self._finish(connector, read_batch(self.batch), tickets, list(failures or []))
+            if event.get("status") == "partial":
+                # Download what is finished now (its file expires 10 minutes after its task
+                # ended), stage it, and wait again for the rest.
+                ready, waiting = _split_ready(tickets)
+                ready_keys = {t.item_key for t in ready}
+                docs, more = connector.finish_batch([c for c in changes if c.item_key in ready_keys], ready)
+                staged += _stage(self.batch, docs)
+                failures += [_failure_dict(k, e) for k, e in more]
+                self._defer(connector, waiting, failures, staged)
+            if event.get("status") == "error":
+                self.log.warning("export polling ended early: %s", event.get("error"))
+            for t in tickets:
+                if t.state == "pending":  # polling stopped without a verdict for this one
+                    t.state, t.error_reason = "failed", "export_poll_error"
+                    t.job_error_msg = str(event.get("error") or "polling stopped")[:300]
+            handled = {s["item_key"] for s in staged} | {f["item_key"] for f in failures}
+            rest = [c for c in changes if c.item_key not in handled]
+            docs, more = connector.finish_batch(rest, [t for t in tickets if t.item_key not in handled])
+            return self._write(_unstage(staged) + docs, failures + [_failure_dict(k, e) for k, e in more])
 
     def _finish(self, connector, changes, tickets: list[ExportTicket], failures: list[dict]) -> str:
         docs, more = connector.finish_batch(changes, tickets)
@@ -94,3 +121,35 @@ class FeishuExportFetchOperator(BaseOperator):
 
 def _failure_dict(item_key: str, exc: FetchError) -> dict[str, Any]:
     return {"item_key": item_key, "reason": exc.reason, "error": str(exc), "retryable": exc.retryable, "stage": "fetch"}
+
+
+def _split_ready(tickets: list[ExportTicket]) -> tuple[list[ExportTicket], list[ExportTicket]]:
+    """Tickets of items whose every ticket is terminal (a CSV item has one per sheet), and the rest."""
+    waiting_keys = {t.item_key for t in tickets if t.state == "pending"}
+    ready = [t for t in tickets if t.item_key not in waiting_keys]
+    return ready, [t for t in tickets if t.item_key in waiting_keys]
+
+
+def _stage(batch_manifest: str, docs: list[Any]) -> list[dict[str, Any]]:
+    """Bytes into the batch's staging area; what travels to the next resume is small."""
+    from include.staging import StagingArea
+
+    staging = StagingArea.at(Path(batch_manifest).parent)
+    out = []
+    for doc in docs:
+        entry = doc.to_dict()
+        entry.pop("data_b64")
+        entry["staged_path"] = staging.stage_raw(doc.item_key, doc.data, doc.file_name)
+        out.append(entry)
+    return out
+
+
+def _unstage(staged: list[dict[str, Any]]) -> list[Any]:
+    from include.contract import RawDocument
+
+    docs = []
+    for entry in staged:
+        data = Path(entry["staged_path"]).read_bytes()
+        fields = {k: v for k, v in entry.items() if k != "staged_path"}
+        docs.append(RawDocument.from_dict({**fields, "data_b64": base64.b64encode(data).decode("ascii")}))
+    return docs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +33,7 @@ class FeishuExportTrigger(BaseTrigger):
         max_interval: float = 15.0,
         redis_url: str | None = None,
         client_overrides: dict[str, Any] | None = None,
+        resume_after_done: float | None = None,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
@@ -40,6 +43,7 @@ class FeishuExportTrigger(BaseTrigger):
         self.max_interval = max_interval
         self.redis_url = redis_url
         self.client_overrides = client_overrides or {}
+        self.resume_after_done = resume_after_done
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -52,6 +56,7 @@ class FeishuExportTrigger(BaseTrigger):
                 "max_interval": self.max_interval,
                 "redis_url": self.redis_url,
                 "client_overrides": self.client_overrides,
+                "resume_after_done": self.resume_after_done,
             },
         )
 
@@ -66,9 +71,7 @@ class FeishuExportTrigger(BaseTrigger):
             settings = await asettings_from_connection(self.conn_id, redis_url=redis_url, **self.client_overrides)
             poller = AsyncExportPoller(settings)
             try:
-                await poll_tickets(
-                    poller, tickets, deadline=self.deadline, interval=self.interval, max_interval=self.max_interval
-                )
+                partial = await self._poll(poller, tickets)
             finally:
                 await poller.aclose()
         except Exception as exc:  # reported to execute_complete, which records per-item failures
@@ -78,5 +81,32 @@ class FeishuExportTrigger(BaseTrigger):
             )
             return
         done = sum(t.state == "done" for t in tickets)
+        if partial:
+            self.log.info("resuming to download %d finished exports before they expire", done)
+            yield TriggerEvent({"status": "partial", "tickets": [t.to_dict() for t in tickets]})
+            return
         self.log.info("exports terminal: %d done, %d failed", done, len(tickets) - done)
         yield TriggerEvent({"status": "done", "tickets": [t.to_dict() for t in tickets]})
+
+    async def _poll(self, poller: AsyncExportPoller, tickets: list[ExportTicket]) -> bool:
+        """Poll to the end, or return True early once a finished export has waited
+        ``resume_after_done`` seconds: its file is deleted 10 minutes after its task ended, so
+        the task resumes to download what is done and defers again for the rest."""
+        polling = asyncio.ensure_future(
+            poll_tickets(
+                poller, tickets, deadline=self.deadline, interval=self.interval, max_interval=self.max_interval
+            )
+        )
+        if self.resume_after_done is None:
+            await polling
+            return False
+        while not polling.done():
+            await asyncio.wait({polling}, timeout=min(1.0, self.resume_after_done))
+            finished = [t.done_at for t in tickets if t.state == "done" and t.done_at is not None]
+            still_pending = any(t.state == "pending" for t in tickets)
+            if still_pending and finished and time.time() - min(finished) >= self.resume_after_done:
+                polling.cancel()
+                await asyncio.gather(polling, return_exceptions=True)
+                return True
+        polling.result()
+        return False
