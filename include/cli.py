@@ -17,6 +17,7 @@ diff RUN_A RUN_B              what differs between two runs, item by item
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -118,8 +119,10 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
     store = _store()
     try:
-        oracle = None if args.no_airflow else metadata_dag_run_state()
-        reaped = [r.to_dict() for r in reap_stale_runs(store, source=args.source, dag_run_state=oracle)]
+        # Airflow's logging (set up by importing it) writes to stdout: keep stdout for the result
+        with contextlib.redirect_stdout(sys.stderr):
+            oracle = None if args.no_airflow else metadata_dag_run_state()
+            reaped = [r.to_dict() for r in reap_stale_runs(store, source=args.source, dag_run_state=oracle)]
     finally:
         store.close()
     text = "\n".join(f"{r['source']} {r['run_id']}: {r['reason']}" for r in reaped)

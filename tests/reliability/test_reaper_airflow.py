@@ -74,3 +74,39 @@ def test_next_run_reaps_killed_runs_whose_dag_run_failed_or_is_gone(tmp_path: Pa
     finally:
         store.close()
         shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+def test_reap_command_reads_the_metadata_db_outside_task_code(
+    tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m include.cli reap`` is not task code: it reads DAG runs from Airflow's metadata DB
+    (as Airflow's own CLI does). A run-log row whose DAG run does not exist there is reaped."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from include.stores import open_state_store
+    from tests.conftest import ROOT
+    from tests.support.airflow import ensure_airflow_db
+
+    ensure_airflow_db()
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "s.yaml", [_spec(tmp_path)])))
+    store = open_state_store()
+    store.start_run("manual__never", "files:crash", dag_id=DAG_ID, run_type="manual")
+    StagingArea(DAG_ID, "manual__never").write_bytes("raw/x.md", b"# orphaned\n")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "include.cli", "reap", "--json"],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=300,
+            env=dict(os.environ),
+        )
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+        [reaped] = json.loads(out.stdout)
+        assert reaped["reason"] == f"reaped: its DAG run ({DAG_ID}, manual__never) no longer exists"
+        assert reaped["staging_removed"] and not StagingArea(DAG_ID, "manual__never").exists()
+        assert store.get_run("manual__never", "files:crash")["status"] == "failed"
+    finally:
+        store.close()
