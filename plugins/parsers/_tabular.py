@@ -78,12 +78,13 @@ def _looks_like_header(first: list[str], second: list[str] | None) -> bool:
     return any(c and _NUMBERISH.match(c) for c in second) or (sum(map(len, filled)) <= sum(map(len, second)) * 1.5)
 
 
-def make_header(cells: list[str]) -> list[str]:
-    """Empty header cells are named by column letter; duplicates get ``_2``, ``_3`` suffixes."""
+def make_header(cells: list[str], first_col: int = 0) -> list[str]:
+    """Empty header cells are named by column letter (``cells[0]`` is column ``first_col``);
+    duplicates get ``_2``, ``_3`` suffixes."""
     seen: dict[str, int] = {}
     out = []
     for i, cell in enumerate(cells):
-        name = cell.strip() or column_letter(i)
+        name = cell.strip() or column_letter(first_col + i)
         if name in seen:
             seen[name] += 1
             name = f"{name}_{seen[name]}"
@@ -103,11 +104,12 @@ def emit_rows(
     deadline: Deadline,
     line_positions: bool = False,
     cells_budget: CellBudget | None = None,
+    first_col: int = 0,
 ) -> int:
     """Append one block per non-empty row; returns the number of data rows emitted.
 
     ``rows`` yields ``(1-based row number, cells)``; ``line_positions`` records the number as a
-    line (CSV) instead of a sheet row.
+    line (CSV) instead of a sheet row; ``first_col`` is the column of ``cells[0]``.
     """
     header: list[str] | None = None
     pending: tuple[int, list[str]] | None = None
@@ -144,7 +146,7 @@ def emit_rows(
         if not decided:
             if pending is None:
                 if first_row_as_header:
-                    header = make_header(cells)
+                    header = make_header(cells, first_col)
                     builder.add(BlockKind.PARAGRAPH, "\t".join(cells), pos(n), role="header")
                     decided = True
                     continue
@@ -152,7 +154,7 @@ def emit_rows(
                 continue
             decided = True
             if _looks_like_header(pending[1], cells):
-                header = make_header(pending[1])
+                header = make_header(pending[1], first_col)
                 builder.add(BlockKind.PARAGRAPH, "\t".join(pending[1]), pos(pending[0]), role="header")
             else:
                 emit(*pending)

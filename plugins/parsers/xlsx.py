@@ -39,6 +39,8 @@ _REF = re.compile(r"([A-Z]+)(\d+)")
 _IMAGE_CELL = re.compile(
     rb"<(?:\w+:)?c\b[^>]*?\br=[\"']([A-Z]+)(\d+)[\"'][^>]*>\s*<(?:\w+:)?f\b[^>]*>[^<]*?(?i:DISPIMG|_xlfn\.IMAGE)\s*\("
 )
+_CELL_COLUMN = re.compile(rb"<(?:\w+:)?c\b[^>]*?\br=[\"']\$?([A-Z]{1,3})[0-9]")
+_CELL_WITHOUT_REF = re.compile(rb"<(?:\w+:)?c(?=[\s>/])(?![^>]*?\br=)")
 _MERGE = re.compile(rb"<(?:\w+:)?mergeCell\b[^>]*?\bref=[\"']\$?([A-Z]+\$?\d+):\$?([A-Z]+\$?\d+)[\"']")
 
 
@@ -58,19 +60,30 @@ _MAX_MERGE_AREA = 100_000
 _Range = tuple[int, int, int, int]
 
 
-def _scan_sheet(zf: zipfile.ZipFile, path: str | None, deadline: Deadline) -> tuple[set[_Range], set[tuple[int, int]]]:
-    """Merged ranges ((min_row, min_col, max_row, max_col), rows 1-based, cols 0-based) and the
-    cells whose formula is an image function, from the raw sheet XML.
+@dataclasses.dataclass(slots=True)
+class _SheetScan:
+    merges: set[_Range] = dataclasses.field(default_factory=set)
+    images: set[tuple[int, int]] = dataclasses.field(default_factory=set)
+    # 0-based column of the sheet's leftmost cell: columns left of it are empty in every row
+    first_col: int | None = None
+
+
+def _scan_sheet(zf: zipfile.ZipFile, path: str | None, deadline: Deadline, find_first_col: bool) -> _SheetScan:
+    """Merged ranges ((min_row, min_col, max_row, max_col), rows 1-based, cols 0-based), the
+    cells whose formula is an image function and (``find_first_col``) the leftmost cell's
+    column, from the raw sheet XML.
 
     A byte scan rather than an XML parse: ``<mergeCell>`` elements sit after the (possibly
     million-row) sheet data, and read-only openpyxl drops formulas when it reads cached values.
     Scanning bytes is two orders of magnitude faster than building an element per row. Ranges
     are a set: the same range listed 20,000 times is one range.
     """
-    merges: set[_Range] = set()
-    images: set[tuple[int, int]] = set()
+    scan = _SheetScan()
     if not path or path.lstrip("/") not in zf.namelist():
-        return merges, images
+        return scan
+    merges, images = scan.merges, scan.images
+    columns: set[bytes] = set()
+    unnumbered = not find_first_col
     tail = b""
     with zf.open(path.lstrip("/")) as fh:
         while chunk := fh.read(1 << 20):
@@ -87,12 +100,18 @@ def _scan_sheet(zf: zipfile.ZipFile, path: str | None, deadline: Deadline) -> tu
                 for m in _IMAGE_CELL.finditer(buf):
                     images.add((int(m.group(2)), _col_index(m.group(1).decode())))
                     last_end = max(last_end, m.end())
+            if not unnumbered:
+                # a cell without r= sits at "the next column", which only the parse knows
+                unnumbered = _CELL_WITHOUT_REF.search(buf) is not None
+                columns.update(_CELL_COLUMN.findall(buf))
             if len(merges) > MAX_MERGED_RANGES or len(images) > MAX_MERGED_RANGES:
                 raise ParseError(
                     ParseErrorCode.TOO_LARGE, f"xlsx: more than {MAX_MERGED_RANGES} merged ranges or image cells"
                 )
             tail = buf[max(last_end, len(buf) - 4096) :]
-    return merges, images
+    if not unnumbered and columns:
+        scan.first_col = min(_col_index(c.decode()) for c in columns)
+    return scan
 
 
 class _MergeFill:
@@ -166,10 +185,13 @@ def _sparse_rows(ws: Any) -> Iterator[tuple[int, list[Any]]]:
             yield n, [ReadOnlyCell(ws, **cell) for cell in row]
 
 
-def _rows(ws: Any, fill: _MergeFill, images: set[tuple[int, int]], budget: CellBudget):
+def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget):
     image_rows: dict[int, set[int]] = {}
-    for r, c in images:
+    for r, c in scan.images:
         image_rows.setdefault(r, set()).add(c)
+    # columns left of the sheet's leftmost cell are empty in every row: not materialised, so a
+    # sheet written in column XFD has one-cell rows (header names keep their real letters)
+    offset = scan.first_col or 0
     last = 0
     for n, present in _sparse_rows(ws):
         # rows absent from the XML are empty rows: yielded (at most the run that ends a sheet)
@@ -184,11 +206,12 @@ def _rows(ws: Any, fill: _MergeFill, images: set[tuple[int, int]], budget: CellB
             if col not in skip and (text := _cell_text(cell)):
                 texts[col] = text
         fill.apply(n, texts)
-        width = max(texts) + 1 if texts else 0
+        width = max(texts) + 1 - offset if texts else 0
         budget.charge(width, f"row {n} of sheet {ws.title!r}")
-        cells = [""] * width
+        cells = [""] * max(width, 0)
         for col, text in texts.items():
-            cells[col] = text
+            if col >= offset:
+                cells[col - offset] = text
         yield n, cells
 
 
@@ -226,17 +249,21 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
                 continue
             if not hasattr(ws, "iter_rows"):  # chartsheets
                 continue
-            merges, images = _scan_sheet(zf, getattr(ws, "_worksheet_path", None), deadline)
+            # the leftmost column is looked for where the <dimension> does not start at A
+            # (or is missing): the only sheets that can have empty leading columns
+            find_first_col = ws.min_column != 1 or ws.max_column is None
+            scan = _scan_sheet(zf, getattr(ws, "_worksheet_path", None), deadline, find_first_col)
             mark = len(builder.blocks)
             builder.heading(ws.title, 1)
             n = emit_rows(
                 builder,
-                _rows(ws, _MergeFill(merges, cells, deadline), images, cells),
+                _rows(ws, _MergeFill(scan.merges, cells, deadline), scan, cells),
                 sheet=ws.title,
                 first_row_as_header=header_opt,
                 limits=dataclasses.replace(limits, max_rows=limits.max_rows - total_rows),
                 deadline=deadline,
                 cells_budget=cells,
+                first_col=scan.first_col or 0,
             )
             total_rows += n
             if len(builder.blocks) == mark + 1:  # an empty sheet: drop its lone heading

@@ -39,6 +39,7 @@ def _child(data: bytes, name: str, options: dict[str, Any], fd: int) -> None:
             "blocks": len(doc.blocks),
             "chars": sum(len(b.text) for b in doc.blocks),
             "texts": [b.text[:200] for b in doc.blocks[:20]],
+            "widest_row": max((len(r) for b in doc.blocks for r in b.rows or ()), default=0),
         }
     except ParseError as exc:
         out = {"outcome": str(exc.code.value), "message": str(exc)[:500]}
@@ -152,9 +153,15 @@ def _inline(ref: str, text: str) -> str:
     return f'<c r="{ref}" t="inlineStr"><is><t>{text}</t></is></c>'
 
 
-def xlsx_cells_at_xfd(rows: int = 60_000) -> bytes:
-    """``rows`` rows of one cell in column XFD: padded, each row was 16,384 cells."""
-    return _xlsx_with_sheet("".join(f'<row r="{i}">{_inline(f"XFD{i}", "x")}</row>' for i in range(1, rows + 1)))
+def xlsx_cells_at_xfd(rows: int = 60_000, also_in_a: bool = False) -> bytes:
+    """``rows`` rows of one cell in column XFD: padded, each row was 16,384 cells.
+
+    ``also_in_a`` puts one more cell in column A, so that the columns between are really
+    inside the sheet and the rows really are 16,384 wide.
+    """
+    body = "".join(f'<row r="{i}">{_inline(f"XFD{i}", "x")}</row>' for i in range(2, rows + 1))
+    first = _inline("A1", "a") if also_in_a else ""
+    return _xlsx_with_sheet(f'<row r="1">{first}{_inline("XFD1", "x")}</row>{body}')
 
 
 def xlsx_merges(ranges: list[str], data_rows: int = 3) -> bytes:
@@ -276,13 +283,14 @@ def test_xlsx_cell_in_column_xfd_is_not_padded():
     data = xlsx_cells_at_xfd()
     assert len(data) < 600_000
     result = run_capped(data, "xfd.xlsx")
-    # 60,000 rows of 16,384 cells each is 983 million cells: beyond max_cells, refused early
+    # the empty columns A..XFC are in no row: each row is the one cell it has
+    assert result["outcome"] == "blocks", result
+    assert result["blocks"] == 60_001 and result["widest_row"] == 1, result
+    # with a cell in column A too, 60,000 rows of 16,384 cells are 983 million cells: beyond
+    # max_cells, refused early
+    result = run_capped(xlsx_cells_at_xfd(also_in_a=True), "xfd-a.xlsx")
     assert result["outcome"] == "too_large", result
     assert "max_cells" in result["message"], result
-    # a few such rows are within budget and parse to their one value each
-    small = run_capped(xlsx_cells_at_xfd(rows=50), "xfd-small.xlsx")
-    assert small["outcome"] == "blocks", small
-    assert small["chars"] < 200, small
 
 
 def test_xlsx_many_large_merge_ranges_are_not_expanded_per_cell():

@@ -157,22 +157,20 @@ def test_row_cap_is_too_large():
     assert err.value.code == ParseErrorCode.TOO_LARGE
 
 
-def test_rows_positioned_by_their_number_when_data_starts_below_row_one():
+def test_rows_positioned_by_their_number_and_leading_empty_columns_dropped():
     # the sparse reader takes each row's own number; the padded one counted rows from the
-    # <dimension>'s first row while yielding rows 1-3 as empty, so B4 was reported as row 7
+    # <dimension>'s first row while yielding rows 1-3 as empty, so B4 was reported as row 7.
+    # Column A is empty in every row: rows start at B, header names keep their letters.
     wb = openpyxl.Workbook()
     ws = wb.active
-    ws["B4"], ws["C4"] = "name", "qty"
+    ws["C4"] = "qty"
     ws["B5"], ws["C5"] = "bolts", 12
     ws["B7"], ws["C7"] = "nuts", 30
     buf = io.BytesIO()
     wb.save(buf)
-    doc = parse_bytes(buf.getvalue(), "offset.xlsx")
-    assert [(b.positions[0].row, b.rows[0]) for b in _tables(doc)] == [
-        (5, ["", "bolts", "12"]),
-        (7, ["", "nuts", "30"]),
-    ]
-    assert _tables(doc)[0].header == ["A", "name", "qty"]
+    doc = parse_bytes(buf.getvalue(), "offset.xlsx", first_row_as_header=True)
+    assert [(b.positions[0].row, b.rows[0]) for b in _tables(doc)] == [(5, ["bolts", "12"]), (7, ["nuts", "30"])]
+    assert _tables(doc)[0].header == ["B", "qty"]
 
 
 def test_csv_quoted_newlines_header_positions():
