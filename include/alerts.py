@@ -216,7 +216,8 @@ def failed_item_breaches(counts: Mapping[str, Any], options: Mapping[str, Any]) 
     failed = int(counts.get("failed") or 0)
     if failed == 0 or counts.get("dry_run"):
         return []
-    attempted = int(counts.get("fetched") or 0) + failed  # fetched counts only what got through
+    # "fetched" counts the items that got through (indexed, or parsed to unchanged text)
+    attempted = int(counts.get("fetched") or 0) + failed
     share = failed / attempted if attempted else 1.0
     breaches = []
     limit = _option(options, "alert_failed_items", DEFAULT_FAILED_ITEMS)
@@ -233,13 +234,17 @@ def newly_quarantined(store: Any, source: str, run_id: str, quarantine_after: in
 
     The streak grows once per failing run (``commit_stage``), so the run that takes it from
     ``quarantine_after - 1`` to ``quarantine_after`` is the one that quarantined the item;
-    a quarantined item retried by ``only_keys`` and failing again is not new.
+    a quarantined item retried by ``only_keys`` and failing again is not new. Items with nothing
+    to index (``parse:empty``: an empty file, a JavaScript-only page) are recorded as skipped,
+    not failed, and their quarantine is no news either.
     """
     return sorted(
         (
             st
             for st in store.items(source).values()
-            if st.last_failure_run == run_id and st.failure_count == quarantine_after
+            if st.last_failure_run == run_id
+            and st.failure_count == quarantine_after
+            and st.last_error_reason != "parse:empty"
         ),
         key=lambda st: st.item_key,
     )
@@ -291,7 +296,7 @@ def _alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any]) -> bool
     options = source.options or {}
     breaches = failed_item_breaches(counts, options)
     quarantined: list[Any] = []
-    if int(counts.get("failed") or 0):
+    if int(counts.get("failed") or 0):  # no failure in this run: nothing it can have quarantined
         after = int(options.get("quarantine_after", DEFAULT_QUARANTINE_AFTER))
         quarantined = newly_quarantined(store, source.source_id, ctx.run_id, after)
     if not breaches and not quarantined:
