@@ -73,6 +73,13 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     if not plan_file.exists() and (closed := closed_run(ctx, store)) is not None:
         log.info("%s: run %s already finished; its commit stands", sid, ctx.run_id)
         return dict(closed.get("counts") or {})
+    if not plan_file.exists():
+        # e.g. the reaper closed the run and removed its staging; its single tasks cannot be redone
+        run = store.get_run(ctx.run_id, sid) or {}
+        raise FileNotFoundError(
+            f"run {ctx.run_id} of {sid} has no plan in staging ({plan_file}; run log: {run.get('status')}, "
+            f"{run.get('error') or 'no error recorded'}): re-run the whole DAG run, starting with discover"
+        )
     plan = staging.read_json(plan_file)
     if plan["dry_run"]:
         return _dry_run(ctx, store, plan)

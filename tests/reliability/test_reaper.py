@@ -23,8 +23,9 @@ import pytest
 import sqlalchemy as sa
 
 from include.config import SourceConfig
-from include.engine import RunContext, run_pipeline
+from include.engine import RunContext, commit_stage, run_pipeline
 from include.engine.reaper import process_owner, reap_stale_runs
+from include.index import open_index
 from include.stores import open_state_store
 from include.stores.state import runs_table
 from tests.conftest import ROOT
@@ -75,6 +76,14 @@ def test_a_killed_run_is_reaped_by_the_next_run_of_its_source(source: SourceConf
     assert run["status"] == "failed" and run["ended_at"] is not None
     assert run["error"] == f"reaped: its process (pid {pid} on {socket.gethostname()}) is gone"
     assert not staged.exists()  # files sources keep no raw bytes: all of it removed
+
+    # a single task of the reaped run cannot be redone (its plan is gone): a clear error says so
+    ctx = RunContext(source=source, run_id="killed")
+    with pytest.raises(FileNotFoundError, match=r"reaped: its process .* re-run the whole DAG run"):
+        commit_stage(ctx, store, lambda: open_index(source.index))
+    # the whole run can: it plans again (against the state the run after it committed)
+    again = run_pipeline(source, run_id="killed")
+    assert (again.status, again.counts["unchanged"], again.counts["new"]) == ("success", 5, 0)
     store.close()
 
 
