@@ -54,7 +54,7 @@ def kb(sim, yuque_conn, tributary_home):
 
 
 def test_repo_answering_404_is_not_deleted(kb):
-    sim, big, _ = kb
+    sim, _big, _ = kb
     small = sim.add_repo("alice", "small", "小库")
     doc = sim.add_doc(small, "小文档", body="只有一篇，编号 small1x。")
     source = yuque_source(namespaces=["alice/kb", "alice/small"])
@@ -130,7 +130,7 @@ def test_legacy_namespace_keys_migrate_without_reindexing(kb, monkeypatch):
 
 
 def test_slug_rename_alone_updates_the_url(kb):
-    sim, big, docs = kb
+    sim, _big, docs = kb
     source = yuque_source()
     run_pipeline(source)
     sim.edit_meta(docs[4], slug="renamed-slug")  # updated_at moves, content_updated_at does not
@@ -141,7 +141,7 @@ def test_slug_rename_alone_updates_the_url(kb):
 
 
 def test_toc_move_that_does_not_touch_the_doc_updates_its_path(kb):
-    sim, big, docs = kb
+    sim, _big, docs = kb
     sim.toc_move_touches_doc = False  # the most hidden variant: only the TOC changes
     source = yuque_source()
     run_pipeline(source)
