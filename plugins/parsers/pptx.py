@@ -31,11 +31,14 @@ def _shapes_in_order(shapes: Any) -> list[Any]:
 
 
 def _level(para: Any) -> int:
-    """The paragraph's indent level clamped to 0..8 (a lossless normalisation of the text)."""
+    """The paragraph's indent level clamped to 0..8 (a lossless normalisation of the text).
+
+    python-pptx returns ``lvl`` unvalidated: ``lvl="1000000000"`` was two billion spaces.
+    """
     try:
         return max(0, min(int(para.level), _MAX_LEVEL))
-    except (ValueError, TypeError):  # python-pptx rejects an out-of-range lvl when it reads it
-        return _MAX_LEVEL
+    except (ValueError, TypeError):  # not a number at all: python-pptx's int() refuses it
+        return 0
 
 
 def _frame_blocks(frame: Any, builder: BlockBuilder, pos: list[Position]) -> None:

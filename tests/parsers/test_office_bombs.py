@@ -353,3 +353,35 @@ def test_xlsx_number_format_longer_than_excel_allows_renders_general():
     assert result["outcome"] == "blocks", result
     # Excel caps format codes at 255 characters: a longer one renders as General ("1.5")
     assert result["chars"] < 20_000 * 12, result
+
+
+def pptx_deep_level() -> bytes:
+    """A text frame whose second paragraph has ``lvl="1000000000"`` (python-pptx reads it as is)."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    prs = Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    frame = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(4), Inches(2)).text_frame
+    frame.text = "top"
+    para = frame.add_paragraph()
+    para.text, para.level = "deep", 1
+    buf = io.BytesIO()
+    prs.save(buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "ppt/slides/slide1.xml":
+                assert b'lvl="1"' in body
+                body = body.replace(b'lvl="1"', b'lvl="1000000000"')
+            dst.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def test_pptx_paragraph_level_is_clamped():
+    result = run_capped(pptx_deep_level(), "level.pptx")
+    assert result["outcome"] == "blocks", result
+    assert result["chars"] < 200, result
+    assert any("deep" in t for t in result["texts"]), result
