@@ -10,7 +10,10 @@ Options (a source's ``parser:`` mapping, passed as ``parse_document(raw, options
 * ``isolate``: run the parser in a forked child killed at the time budget (default: PDF only);
 * limits, flat or under ``limits:`` -- ``max_bytes`` (256 MiB), ``max_pages`` (5,000),
   ``max_rows`` (1,000,000), ``max_blocks``, ``zip_max_entries`` (100,000),
-  ``zip_max_uncompressed`` (512 MiB), ``zip_max_ratio`` (200), ``time_budget_s`` (120).
+  ``zip_max_uncompressed`` (512 MiB), ``zip_max_ratio`` (200, per member and for the whole
+  package), ``time_budget_s`` (120); for office formats also ``max_chars`` (64 Mi characters of
+  output text), ``max_cells`` (20,000,000 spreadsheet cells incl. merge fills and padding) and
+  ``xml_max_total`` (64 MiB of XML parts parsed into trees, all parts together).
 
 Every failure is a :class:`include.contract.ParseError` with a code: ``unsupported``,
 ``encrypted``, ``corrupt``, ``too_large``, ``bomb``, ``timeout`` or ``empty`` (no text; the reason
