@@ -2,10 +2,15 @@
 
 Options (``SourceConfig.options``)::
 
-    folders: [fldcn...]            # drive folders shared with the app, walked recursively
-    wiki_spaces: []                # optional wiki space ids
-    types: [doc, docx, sheet, bitable, file]
-    export_formats: {doc: docx, docx: docx, sheet: xlsx, bitable: xlsx}
+    folders: [fldcn..., root]      # drive folders walked recursively; root = the caller's own root
+    wiki_spaces: []                # wiki space ids, or "all" (every space the caller can read)
+    types: [doc, docx, sheet, bitable, slides, file]
+    export_formats: {doc: docx, docx: docx, sheet: xlsx, bitable: xlsx, slides: pptx}  # csv: per sheet
+    tenant_url: https://acme.feishu.cn   # for wiki links (else learnt from listing URLs)
+    docx_fetch: export             # or raw_content: the plain text in one call, nothing expires
+    docx_revision_check: false     # a docx whose modified_time moved is refetched only if revision_id did
+    export_concurrency: 20         # in-task exports in flight (each downloaded when done)
+    export_resume_after_done_seconds: 120   # deferred: resume to download what is done
     max_file_bytes: 104857600      # downloads beyond this are refused (streamed, never buffered whole)
     export_deadline_seconds: 900   # overall wait for one batch's exports
     export_poll_interval: 1.0      # first poll delay, doubling per ticket up to the max
@@ -365,6 +370,8 @@ class FeishuConnector(Connector):
         return download_ticket(self.client, ticket, self.max_bytes)
 
     def _stream_exports(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
+        if not changes:
+            return [], []
         by_key = {c.item_key: c for c in changes}
         results = run_exports(
             self.client,
