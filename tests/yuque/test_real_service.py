@@ -15,7 +15,6 @@ from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
 from plugins.connectors.yuque import connector as yuque_connector
-from tests.simulators.yuque import encode_lakesheet
 from tests.yuque.conftest import yuque_source
 
 
@@ -210,21 +209,3 @@ def test_toc_path_is_the_heading_path_of_every_chunk(sim, yuque_conn, tributary_
     run_pipeline(plain)
     (hit,) = _hits(plain, "sectiononex")
     assert all(part in hit.text for part in ("知识库", "制度", "人事", "手册"))
-
-
-def test_sheet_cells_of_real_classes_indexed(sim, yuque_conn, tributary_home):
-    repo = sim.add_repo("alice", "kb", "知识库")
-    cells = {
-        "0": {"0": {"v": {"class": "checkbox", "value": True}}, "1": {"v": "1234567890.123456789"}},
-        "1": {"0": {"v": {"class": "image", "src": "https://cdn.nlark.com/a.png", "name": "diagramx.png"}}},
-    }
-    sim.add_doc(repo, "表", format="lakesheet", sheets=[{"name": "S", "index": 0, "data": cells}])
-    source = yuque_source()
-    assert run_pipeline(source).counts["new"] == 1
-    assert _ids(source, "1234567890.123456789") and _ids(source, "diagramx")
-
-
-def test_encode_lakesheet_roundtrip_is_what_the_simulator_serves():
-    # guards the simulator helper the tests above rely on
-    body = encode_lakesheet([{"name": "S", "data": {}}])
-    assert '"format": "lakesheet"' in body
