@@ -46,10 +46,13 @@ class FilesConnector(Connector):
         text = key.strip()
         path = Path(text).expanduser()
         if path.is_absolute():
-            try:
-                text = path.resolve().relative_to(self.root).as_posix()
-            except ValueError:
-                raise ValueError(f"{key!r} is not under the source root {self.root}") from None
+            # the spelling first (the root's own path), then with symlinks resolved like the root's
+            for candidate in (Path(posixpath.normpath(path)), path.resolve()):
+                if candidate.is_relative_to(self.root):
+                    text = candidate.relative_to(self.root).as_posix()
+                    break
+            else:
+                raise ValueError(f"{key!r} is not under the source root {self.root}")
         norm = posixpath.normpath(text)
         if norm in (".", "") or norm == ".." or norm.startswith("../"):
             raise ValueError(f"{key!r} does not name a file under the source root")
