@@ -217,3 +217,14 @@ def test_14_wiki_permission_denied_is_final(sim: FeishuSimulator, feishu_conn: s
         found = c.discover(DiscoveryRequest(known={}))
     assert not found.complete and "FeishuPermissionError" in found.stats["errors"][0]
     assert sim.counters["wiki_nodes_requests"] == 1
+
+
+# --------------------------------------------------------------------------- hostile server
+
+
+def test_a_cursor_that_comes_back_is_a_typed_error_not_a_loop(sim: FeishuSimulator, client: FeishuClient) -> None:
+    folder = sim.add_folder("f")
+    sim.list_cursor_loop = 50  # has_more: true with the same next_page_token, 50 times
+    with pytest.raises(fe.FeishuDataError, match="repeated"):
+        list(client.list_folder(folder))
+    assert sim.counters["list_requests"] == 2

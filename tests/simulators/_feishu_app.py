@@ -115,6 +115,9 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                 return sim._ok(
                     {"files": [sim._listing_entry(i) for i in children if i.type != "shortcut"], "has_more": False}
                 )
+            if sim.list_cursor_loop > 0:  # hostile server: the same cursor, forever (bounded here)
+                sim.list_cursor_loop -= 1
+                return sim._ok({"files": [], "has_more": True, "next_page_token": "bG9vcA=="})
             start = int(base64.urlsafe_b64decode(q["page_token"]).decode()) if q.get("page_token") else 0
             size = min(page_size, sim.list_page_cap or page_size)
             page = children[start : start + size]

@@ -169,6 +169,7 @@ class FeishuSimulator:
     # wiki space id -> queued (HTTP status, code) answers for its node listing (issue 20.14)
     wiki_errors: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     wiki_empty_pages: bool = False  # an empty page with has_more: true before every real page
+    list_cursor_loop: int = 0  # hostile: this many pages answer has_more with the same cursor
     slides_export: bool = True  # false: the older export API that refuses slides (1069904)
     user_refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> user
 

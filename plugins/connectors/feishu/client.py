@@ -47,6 +47,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://open.feishu.cn"
+# One listing's page bound: 200 rows a page makes this 2 million items in one folder.
+_MAX_PAGES = 10_000
 LARK_BASE_URL = "https://open.larksuite.com"
 
 
@@ -384,38 +386,18 @@ class FeishuClient:
     # ----------------------------------------------------------------- drive API
 
     def list_folder(self, folder_token: str, *, page_size: int = 200) -> Iterator[dict[str, Any]]:
-        """Every item directly in one folder, following ``page_token``."""
-        page_token: str | None = None
-        while True:
-            # Created time ascending: an edit mid-walk cannot move an item across the cursor
-            # (the default EditedTime DESC moves it to the front, behind the cursor: issue 20.8).
-            params: dict[str, Any] = {
-                "folder_token": folder_token,
-                "page_size": page_size,
-                "order_by": "CreatedTime",
-                "direction": "ASC",
-            }
-            if page_token:
-                params["page_token"] = page_token
-            data = self.call("GET", "/drive/v1/files", api="list", params=params)
-            yield from data.get("files") or []
-            page_token = data.get("next_page_token")
-            if not data.get("has_more") or not page_token:
-                return
+        """Every item directly in one folder, following ``page_token``.
+
+        Created time ascending: an edit mid-walk cannot move an item across the cursor (the
+        default EditedTime DESC moves it to the front, behind the cursor: issue 20.8)."""
+        params = {"folder_token": folder_token, "page_size": page_size, "order_by": "CreatedTime", "direction": "ASC"}
+        yield from self._pages("/drive/v1/files", api="list", params=params, items="files")
 
     def list_wiki_nodes(self, space_id: str, parent_node_token: str | None = None) -> Iterator[dict[str, Any]]:
-        page_token: str | None = None
-        while True:
-            params: dict[str, Any] = {"page_size": 50}
-            if parent_node_token:
-                params["parent_node_token"] = parent_node_token
-            if page_token:
-                params["page_token"] = page_token
-            data = self.call("GET", f"/wiki/v2/spaces/{space_id}/nodes", api="wiki_nodes", params=params)
-            yield from data.get("items") or []
-            page_token = data.get("page_token")
-            if not data.get("has_more") or not page_token:
-                return
+        params: dict[str, Any] = {"page_size": 50}
+        if parent_node_token:
+            params["parent_node_token"] = parent_node_token
+        yield from self._pages(f"/wiki/v2/spaces/{space_id}/nodes", api="wiki_nodes", params=params)
 
     def batch_query_metas(self, docs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
         """``(metas, failed_list)`` for up to 200 ``(token, type)`` pairs."""
@@ -448,18 +430,22 @@ class FeishuClient:
     # ----------------------------------------------------------------- discovery helpers
 
     def _pages(self, path: str, *, api: str, params: dict[str, Any], items: str = "items") -> Iterator[dict]:
-        """Follow ``page_token``/``has_more``. An empty page with ``has_more`` keeps paging (the
-        wiki API returns such pages); the page count is bounded so a cursor that never ends
-        cannot loop forever."""
+        """Follow ``page_token``/``has_more`` (drive: ``next_page_token``). An empty page with
+        ``has_more`` keeps paging (the wiki API returns such pages); a repeated cursor and the page
+        count are bounded, so a server that never says "done" cannot keep the walk forever."""
         page_token: str | None = None
-        for _ in range(100_000):
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
             query = dict(params, **({"page_token": page_token} if page_token else {}))
             data = self.call("GET", path, api=api, params=query)
             yield from data.get(items) or []
             page_token = data.get("page_token") or data.get("next_page_token")
             if not data.get("has_more") or not page_token:
                 return
-        raise FeishuDataError(f"{path}: more than 100000 pages")
+            if page_token in seen:  # a cursor that comes back would page forever
+                raise FeishuDataError(f"{path}: page_token {page_token[:40]!r} repeated")
+            seen.add(page_token)
+        raise FeishuDataError(f"{path}: more than {_MAX_PAGES} pages")
 
     def list_wiki_spaces(self) -> Iterator[dict[str, Any]]:
         """Every wiki space the caller can read (``GET /wiki/v2/spaces``; page_size <= 50)."""
