@@ -23,6 +23,7 @@ import os
 import re
 import statistics
 import threading
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -277,10 +278,61 @@ def _build(
     return ParsedDocument(blocks=builder.blocks, title=title, media_type="application/pdf", metadata=meta)
 
 
+# "stream" then its end of line (ISO 32000-1 7.3.8.1); "endstream" is not a start
+_STREAM_START = re.compile(rb"(?<!end)stream(?:\r\n|\n|\r)")
+_IMAGE_DICT = re.compile(rb"/Subtype\s*/Image\b")
+_INFLATE_STEP = 1 << 20
+
+
+def _check_inflated_size(data: bytes, limits: Limits, deadline: Deadline) -> None:
+    """Refuse a document whose zlib streams inflate past ``pdf_max_inflated`` in total.
+
+    pdfium inflates a content stream, font or object stream whole, in C, before it parses it:
+    a few MB of deflated spaces become gigabytes there. Inflating them here first, a MiB at a
+    time and discarding the output, costs memory for one step only. Image streams are skipped:
+    text extraction never decodes them, and a scan's blank pages compress at bomb ratios.
+    Streams under another filter chain are left to the isolated child's memory cap.
+    """
+    view = memoryview(data)
+    total = 0
+    for match in _STREAM_START.finditer(data):
+        # the stream's dictionary: back to its "obj" keyword, looked for in a bounded window
+        window = max(0, match.start() - 65536)
+        head = data[max(window, data.rfind(b"obj", window, match.start())) : match.start()]
+        if _IMAGE_DICT.search(head):
+            continue
+        total += _inflated_size(view[match.end() :], limits.pdf_max_inflated - total)
+        if total > limits.pdf_max_inflated:
+            raise ParseError(
+                ParseErrorCode.BOMB,
+                f"pdf: compressed streams inflate to more than {limits.pdf_max_inflated >> 20} MiB",
+            )
+        deadline.check("pdf streams")
+
+
+def _inflated_size(view: memoryview, budget: int) -> int:
+    """Bytes the zlib stream at the start of ``view`` inflates to, counting to ``budget`` + 1."""
+    inflater = zlib.decompressobj()
+    total = pos = 0
+    try:
+        while total <= budget and not inflater.eof:
+            if inflater.unconsumed_tail:
+                chunk = inflater.unconsumed_tail
+            else:
+                chunk, pos = view[pos : pos + _INFLATE_STEP], pos + _INFLATE_STEP
+                if not chunk:
+                    break
+            total += len(inflater.decompress(chunk, _INFLATE_STEP))
+    except zlib.error:  # not zlib (an uncompressed or otherwise filtered stream) or damaged
+        pass
+    return total
+
+
 @register_parser("pdf", "1.0", ("application/pdf",), ("pdf",), isolate=True)
 def parse_pdf(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
+    _check_inflated_size(data, limits, deadline)
     with _LOCK:
         return _extract(data, ctx, limits, deadline)

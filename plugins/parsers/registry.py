@@ -10,6 +10,7 @@ converted into ``ParseError(corrupt)`` here so that one file never fails a batch
 from __future__ import annotations
 
 import contextlib
+import json
 import mimetypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -200,59 +201,155 @@ def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDoc
     needs no re-import, and also works inside daemonic worker processes, which multiprocessing
     refuses to let have children. The child reports through a pipe as JSON and leaves with
     ``os._exit`` so no inherited atexit handler or buffer runs twice.
+
+    The child's address space is capped (``RLIMIT_AS``) at what it had at the fork plus
+    :func:`memory_allowance`, so a decompression bomb inside C code fails an allocation in the
+    child instead of growing until the machine's OOM killer picks a victim.
     """
-    import json
+    import os
+
+    from plugins.parsers._common import Limits
+
+    limits = Limits.from_options(ctx.options)
+    allowance = memory_allowance(limits, len(data))
+    rss_at_fork = _rss_bytes()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            os.close(read_fd)
+            _child_main(spec, data, ctx, write_fd, allowance, _overrun_code(limits, len(data)))
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    payload, wait_status, peak_rss = _collect(read_fd, pid, spec.name, limits.time_budget_s)
+    if payload is None:  # the child died without a word: a crash in C code, or out of memory
+        raise _death_error(spec.name, wait_status, peak_rss - rss_at_fork, allowance, _overrun_code(limits, len(data)))
+    result = json.loads(payload)
+    if "ok" in result:
+        return ParsedDocument.from_dict(result["ok"])
+    raise ParseError(result["error"][0], result["error"][1])
+
+
+def memory_allowance(limits: Any, size: int) -> int:
+    """Bytes of address space an isolated parse of ``size`` input bytes may add."""
+    return max(int(limits.isolate_memory), int(limits.isolate_memory_ratio * size))
+
+
+def _overrun_code(limits: Any, size: int) -> ParseErrorCode:
+    # A small file that needs more than the floor expands like a bomb; a big one is just big.
+    return (
+        ParseErrorCode.BOMB if size * limits.isolate_memory_ratio < limits.isolate_memory else ParseErrorCode.TOO_LARGE
+    )
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * _page_size()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _page_size() -> int:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+def _cap_address_space(allowance: int) -> int:
+    """Limit this process's address space to its current size plus ``allowance``; return the cap."""
+    import resource
+
+    try:
+        with open("/proc/self/statm") as fh:
+            current = int(fh.read().split()[0]) * _page_size()
+    except (OSError, ValueError, IndexError):  # no /proc: no cap rather than a wrong one
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = current + allowance
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft)  # an outer, tighter cap stays in force
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    return cap
+
+
+def _child_main(
+    spec: ParserSpec, data: bytes, ctx: ParseContext, write_fd: int, allowance: int, overrun: ParseErrorCode
+) -> None:
+    import os
+
+    _cap_address_space(allowance)
+    too_big = {"error": [overrun.value, f"{spec.name}: needs more than its memory limit of {allowance >> 20} MiB"]}
+    try:
+        result: dict[str, Any] = {"ok": _run(spec, data, ctx).to_dict()}
+    except ParseError as exc:
+        result = too_big if isinstance(exc.__cause__, MemoryError) else {"error": [exc.code.value, exc.message]}
+    except MemoryError:  # converting a huge result
+        result = too_big
+    try:
+        payload = json.dumps(result).encode("utf-8")
+    except MemoryError:
+        del result  # free the document before the few bytes of the answer are encoded
+        payload = json.dumps(too_big).encode("utf-8")
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(write_fd, view) :]
+
+
+def _collect(read_fd: int, pid: int, name: str, budget: float) -> tuple[bytes | None, int, int]:
+    """Read the child's answer until EOF or the deadline; reap it. -> (payload, wait status, peak RSS)."""
     import os
     import select
     import signal
     import time
 
-    from plugins.parsers._common import Limits
-
-    budget = Limits.from_options(ctx.options).time_budget_s
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        status = 0
-        try:
-            os.close(read_fd)
-            try:
-                result: dict[str, Any] = {"ok": _run(spec, data, ctx).to_dict()}
-            except ParseError as exc:
-                result = {"error": [exc.code.value, exc.message]}
-            payload = json.dumps(result).encode("utf-8")
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(write_fd, view) :]
-        except BaseException:
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(write_fd)
     chunks: list[bytes] = []
     deadline = time.monotonic() + budget + 2.0
+    finished = False
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ParseError(ParseErrorCode.TIMEOUT, f"{spec.name}: no result within the {budget:g}s time budget")
+                raise ParseError(ParseErrorCode.TIMEOUT, f"{name}: no result within the {budget:g}s time budget")
             ready, _, _ = select.select([read_fd], [], [], remaining)
             if ready:
                 chunk = os.read(read_fd, 1 << 20)
                 if not chunk:
+                    finished = True
                     break
                 chunks.append(chunk)
     finally:
         os.close(read_fd)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _, wait_status = os.waitpid(pid, 0)
-    if not chunks:  # the child died without a word: segfault in C code, or killed for memory
-        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died (status {wait_status})")
-    try:
-        result = json.loads(b"".join(chunks))
-    except ValueError as exc:
-        raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: parser process died mid-answer") from exc
-    if "ok" in result:
-        return ParsedDocument.from_dict(result["ok"])
-    raise ParseError(result["error"][0], result["error"][1])
+        if not finished:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, wait_status, usage = os.wait4(pid, 0)
+    payload = b"".join(chunks)
+    complete = bool(payload) and os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
+    return (payload if complete else None), wait_status, usage.ru_maxrss * 1024
+
+
+def _death_error(name: str, wait_status: int, growth: int, allowance: int, overrun: ParseErrorCode) -> ParseError:
+    """Classify a child that died without answering.
+
+    A failed allocation in C (pdfium aborts) leaves no message, so the memory it had reached
+    tells: a child that grew to a quarter of its allowance before dying is taken as out of
+    memory (a doubling buffer fails with a third of the cap resident), as is one the kernel
+    killed (SIGKILL not sent by us: the OOM killer or a cgroup limit). Anything else is a crash.
+    """
+    import os
+    import signal
+
+    sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
+    how = f"signal {signal.Signals(sig).name}" if sig else f"exit status {os.waitstatus_to_exitcode(wait_status)}"
+    if growth >= allowance // 4 or sig == signal.SIGKILL:
+        return ParseError(
+            overrun,
+            f"{name}: parser process died ({how}) at {growth >> 20} MiB of its {allowance >> 20} MiB memory limit",
+        )
+    return ParseError(ParseErrorCode.CORRUPT, f"{name}: parser process died ({how})")

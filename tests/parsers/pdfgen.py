@@ -83,3 +83,38 @@ def build_pdf(
     objs[0] = (catalog + " >>").encode()
     objs[1] = f"<< /Type /Pages /Kids [{' '.join(kids)}] /Count {n} >>".encode()
     return _obj_bytes(objs)
+
+
+def flate_bomb(inflated: int, chunk: int = 1 << 20) -> bytes:
+    """A zlib stream of ``inflated`` spaces (rounded up to ``chunk``), ~1/1000 of that in size.
+
+    Built without ever holding the inflated bytes: after a full flush deflate starts afresh, so
+    every further chunk compresses to the same bytes; only the Adler-32 runs over all of it.
+    """
+    block = b" " * chunk
+    comp = zlib.compressobj(9)
+    first = comp.compress(block) + comp.flush(zlib.Z_FULL_FLUSH)
+    repeat = comp.compress(block) + comp.flush(zlib.Z_FULL_FLUSH)
+    count = max(2, -(-inflated // chunk))
+    adler = 1
+    for _ in range(count):
+        adler = zlib.adler32(block, adler)
+    # an empty final stored block, then the checksum (RFC 1950 section 2.2, RFC 1951 3.2.4)
+    tail = b"\x03\x00" + adler.to_bytes(4, "big")
+    return first + repeat * (count - 1) + tail
+
+
+def build_flate_bomb_pdf(inflated: int, text: str = "Bomb page") -> bytes:
+    """One page whose content stream is a little text and then ``inflated`` bytes of spaces."""
+    objs: list[bytes] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents [5 0 R 6 0 R] "
+        b"/Resources << /Font << /F1 3 0 R >> >> >>",
+        _stream(
+            zlib.compress(f"BT /F1 11 Tf 72 742 Td ({_esc(text)}) Tj ET\n".encode("latin-1")), "/Filter /FlateDecode "
+        ),
+        _stream(flate_bomb(inflated), "/Filter /FlateDecode "),
+    ]
+    return _obj_bytes(objs)
