@@ -120,3 +120,20 @@ def test_token_expiry_mid_run_refreshes_once(
     summary = run_pipeline(source)
     assert summary.counts["changed"] == 1 and summary.counts["failed"] == 0
     assert sim.counters["token_requests"] == 2 and sim.counters["token_rejections"] == 1
+
+
+def test_csv_sheets_raw_content_and_slides_reach_the_index(
+    sim: FeishuSimulator, feishu_conn: str, tributary_home
+) -> None:
+    """Issue 20.11/20.15 through the engine: per-sheet CSV, the docx text fast path and a pptx."""
+    folder = sim.add_folder("格式")
+    sheet = sim.add("sheet", "区域", folder, {"华东": [["城市"], ["杭州湾"]], "西南": [["城市"], ["成都平原"]]})
+    doc = sim.add("docx", "说明", folder, "# 说明\n纯文本快速通道")
+    deck = sim.add("slides", "汇报", folder, "年度路线图")
+    source = feishu_source(folder, export_formats={"sheet": "csv"}, docx_fetch="raw_content")
+    summary = run_pipeline(source)
+    assert summary.status == "success" and (summary.counts["new"], summary.counts["failed"]) == (3, 0)
+    assert _search(source, "成都平原") == _search(source, "杭州湾") == {document_id(source.source_id, sheet)}
+    assert _search(source, "快速通道") == {document_id(source.source_id, doc)}
+    assert _search(source, "路线图") == {document_id(source.source_id, deck)}
+    assert sim.counters["raw_content_reads"] == 1 and sim.export_creations_by_token[sheet] == 2
