@@ -15,6 +15,7 @@ import mimetypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
 
@@ -142,6 +143,35 @@ def sniff_media_type(data: bytes, file_name: str = "", declared: str | None = No
     return guessed
 
 
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+
+
+def _claimed_binary_type(raw: RawDocument) -> str | None:
+    """The PDF/Office type the declared type, the file name or the URL's path claims, if any."""
+    declared = (raw.media_type or "").split(";")[0].strip().lower()
+    if declared in BINARY_TYPES:
+        return declared
+    for name in (raw.file_name, urlsplit(raw.url).path if raw.url else ""):
+        ext = name.rsplit(".", 1)[-1].lower() if "." in name.rsplit("/", 1)[-1] else ""
+        spec = _BY_EXTENSION.get(ext)
+        if spec is not None and spec.media_types[0] in BINARY_TYPES:
+            return spec.media_types[0]
+    return None
+
+
+def _refuse_html_for_a_binary_claim(raw: RawDocument) -> None:
+    """An HTML body where a PDF/Office file was promised is a login wall or an error page.
+
+    Indexing it would file the sign-in form under the document's name; ``empty`` makes the run
+    record it as skipped with this reason, and the next run looks at the URL again.
+    """
+    claimed = _claimed_binary_type(raw)
+    if claimed is not None:
+        raise ParseError(
+            ParseErrorCode.EMPTY, f"login or error page: HTML served where {claimed} was expected ({raw.file_name})"
+        )
+
+
 def get_parser(media_type: str | None) -> ParserSpec | None:
     _ensure_loaded()
     if media_type is None:
@@ -157,6 +187,8 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
         raise ParseError(
             ParseErrorCode.CORRUPT, f"cannot identify {raw.file_name!r}: {type(exc).__name__}: {exc}"
         ) from exc
+    if media_type in _HTML_TYPES:
+        _refuse_html_for_a_binary_claim(raw)
     spec = get_parser(media_type)
     if spec is None:
         raise ParseError(

@@ -174,3 +174,29 @@ def test_utf8_page_behind_a_default_latin1_header():
     # a real latin-1 page (not valid UTF-8) still decodes as declared
     latin = "<html><body><p>Grüße aus Köln</p></body></html>".encode("latin-1")
     assert _parse(latin, declared="text/html; charset=ISO-8859-1").blocks[0].text == "Grüße aus Köln"
+
+
+LOGIN_WALL = b"""<!doctype html><html><head><title>Sign in</title></head><body>
+<main><h1>Sign in to continue</h1><form><p>Your session has expired. Please log in.</p></form></main></body></html>"""
+
+
+@pytest.mark.parametrize(
+    ("name", "declared", "url"),
+    [
+        ("handbook.pdf", None, None),  # a file saved under a PDF name
+        ("download", "application/pdf", "https://example.com/download"),  # the server said PDF
+        ("view", "text/html", "https://example.com/files/handbook.pdf?session=1"),  # the URL said PDF
+        ("budget.xlsx", "application/octet-stream", None),  # same for an office container
+    ],
+)
+def test_html_where_a_pdf_was_promised_is_a_skipped_login_or_error_page(name: str, declared, url):
+    with pytest.raises(ParseError) as err:
+        _parse(LOGIN_WALL, declared=declared, url=url, name=name)
+    # empty: the run records the item as skipped (include/engine/commit.py), not as indexed
+    assert err.value.code == ParseErrorCode.EMPTY
+    assert err.value.message.startswith("login or error page")
+
+
+def test_the_same_page_under_an_html_name_is_indexed():
+    doc = _parse(LOGIN_WALL, declared="text/html", url="https://example.com/login", name="login.html")
+    assert "Please log in" in doc.text
