@@ -1,23 +1,31 @@
 """The Yuque connector: knowledge-base docs -> changes -> Markdown / HTML / .xlsx bytes.
 
-Options (``SourceConfig.options``):
+Options (``SourceConfig.options``, validated by :class:`.options.YuqueOptions`):
 
 - ``namespaces``: list of ``login/slug`` repos to sync; absent or ``"all"`` = every repo of the
-  owner.
+  owner. A configured repo answering 404 (a typo, a token of another team: Yuque answers 404
+  for what a token may not see) makes the walk incomplete; it never deletes anything.
 - ``login`` / ``owner_type`` (``user`` | ``group``): whose repos "all" means; default the
   token's own account (a team token's ``/user`` is a ``Group``).
 - ``repo_types``: only repos of these types (``Book``, ``Sheet``, ...); default all.
+- ``include_drafts`` (default false): index never-published docs (``status`` 0) from
+  ``body_draft``; by default they are skipped (and counted in the stats).
 - ``window_overlap_minutes``: read by the sync operator, which widens *scheduled* windows by it
   (backfills keep their exact interval); the connector applies the window it is given as is.
-- ``breadcrumbs`` (default true): read each changed repo's TOC for the doc's heading path.
+- ``breadcrumbs`` (default true): read every repo's TOC each run: the doc's path in it is part
+  of its version (a move re-indexes it) and, with ``toc_headings`` (default true), the heading
+  path its Markdown is written under (:mod:`.headings`), so chunks carry it.
 - ``deleted_listing`` (default true): read ``?deleted=true`` for explicit tombstones.
+- ``incremental_listing`` (default true) / ``incremental_overlap_minutes`` (10): list only docs
+  changed since the newest stored ``updated_at`` (:mod:`.walk`), falling back to a full listing
+  whenever the repo's key set cannot be proven from it.
 - ``max_sheet_bytes``: inflate cap for lakesheet bodies (default 64 MiB).
 
-Item key ``<namespace>/<doc id>``; version evidence ``modified_time`` = ``content_updated_at``
-(``updated_at`` when absent). Discovery never downloads a body: an unchanged space costs one
-listing per repo and nothing else.
+Item key ``<book_id>/<doc_id>`` (stable across repo renames; keys of earlier releases are
+renamed to it through ``Discovery.renames``, keeping doc and chunk ids); version evidence in
+:mod:`.versions`. Discovery never downloads a body: an unchanged space costs, per repo, one
+incremental listing page, one tombstone listing and one TOC.
 """
-
 from __future__ import annotations
 
 import logging
@@ -97,6 +105,14 @@ class YuqueConnector(Connector):
         elif self._client is not None:
             self._client.close()
         self._client = self._hook = None
+
+    def canonical_key(self, key: str) -> str:
+        """``<book_id>/<doc_id>``; a key of the earlier ``<login>/<slug>/<doc_id>`` form is refused
+        (its stored state is renamed at the next discovery, after which it names nothing)."""
+        canonical = super().canonical_key(key)
+        if doc_id_of(canonical) is None or canonical.count("/") != 1 or not canonical.partition("/")[0].isdigit():
+            raise ValueError(f"a Yuque item key is <book_id>/<doc_id> (both numbers), not {canonical!r}")
+        return canonical
 
     def input_dataset(self) -> tuple[str, str]:
         """(Yuque host, "/" or "/<ns>,<ns>"): reads the Connection, sends no request."""
