@@ -27,6 +27,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
+from plugins.connectors.yuque.versions import item_key
 from tests.conftest import ROOT
 from tests.simulators.yuque import YuqueSimulator
 from tests.support.airflow_stack import AirflowProcesses, component_env
@@ -366,7 +367,7 @@ def test_yuque_backfill_over_three_intervals(stack: Stack) -> None:
     [onboarding] = [d for d in kb.docs.values() if d.title == "入职指南"]
     onboarding.body = "# 入职指南\n\n工牌改到三楼领取。"
     onboarding.updated_at = onboarding.content_updated_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    key = f"alice/kb/{onboarding.id}"
+    key = item_key(kb.id, onboarding.id)  # Yuque items are keyed "<book_id>/<doc_id>"
     store = stack.store()
     try:
         hash_before = store.get_item("yuque:kb", key).content_hash
