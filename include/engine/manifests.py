@@ -19,7 +19,7 @@ from typing import Any
 
 from include.contract import Change, RawDocument, VersionEvidence
 from include.failpoints import failpoint
-from include.staging import StagingArea, StagingCorruptError, file_digest
+from include.staging import StagingArea, StagingCorruptError
 
 __all__ = [
     "STAGING_CORRUPT",
@@ -93,11 +93,11 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     failures = list(failures)
     for raw in fetched:
         entry = dict(by_key[raw.item_key])
-        if (problem := _differs_from_staged(entry, raw.data)) is not None:
+        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
+        entry["raw_digest"] = staging.staged_digest(entry["raw_path"])  # hashed once, by stage_raw
+        if (problem := _differs_from_staged(entry)) is not None:
             failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
             continue
-        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
-        entry["raw_digest"] = file_digest(raw.data)
         entry["raw"] = {
             "file_name": raw.file_name,
             "media_type": raw.media_type,
@@ -119,13 +119,10 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     return _write_next(batch_manifest_path, "fetched", manifest)
 
 
-def _differs_from_staged(entry: dict[str, Any], data: bytes) -> str | None:
+def _differs_from_staged(entry: dict[str, Any]) -> str | None:
     """Why the fetched bytes are not those discovery staged (a crawler's page), else None."""
-    staged = entry.get("staged")
-    if not staged:
-        return None
-    digest = file_digest(data)
-    if digest == {"size": staged["size"], "sha256": staged["sha256"]}:
+    staged, digest = entry.get("staged"), entry["raw_digest"]
+    if not staged or digest == {"size": staged["size"], "sha256": staged["sha256"]}:
         return None
     path = entry["change"].get("staged_path")
     return (
