@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from include.alerts import alert_finished_run
 from include.contract import VersionEvidence, document_id
 from include.engine.context import RunContext, closed_run, log
 from include.engine.reaper import retains_raw
@@ -344,5 +345,7 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     # retention first (this run is the newest, so always kept): its counts go into the summary
     counts.update(prune_source(store, ctx.source, keep_raw))
     store.finish_run(ctx.run_id, "success", counts, source=ctx.source.source_id)
+    # a success with many failed or newly quarantined items is not a silent one (include.alerts)
+    alert_finished_run(ctx, store, counts)
     staging.cleanup(keep_raw=keep_raw)
     return counts
