@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 
 def build_app(sim: FeishuSimulator) -> FastAPI:
     app = FastAPI(title="Feishu simulator")
+    exports = (_export_routes, _export_poll_routes, _download_routes)
+    for register in (_auth_routes, _drive_routes, _meta_routes, *exports, _wiki_routes, _docs_routes, _control_routes):
+        register(app, sim)
+    return app
+
+
+def _auth_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: auth: tenant token, OAuth v2 refresh."""
 
     @app.post("/open-apis/auth/v3/tenant_access_token/internal")
     async def tenant_token(request: Request) -> Response:
@@ -76,6 +84,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                 }
             )
 
+
+def _drive_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: drive folder listing."""
+
     @app.get("/open-apis/drive/v1/files")
     async def list_files(request: Request) -> Response:
         if denied := sim._gate(request, "list"):
@@ -131,6 +143,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                 hook(q.get("folder_token"), start // size)
             return sim._ok(data)
 
+
+def _meta_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: the batch meta query."""
+
     @app.post("/open-apis/drive/v1/metas/batch_query")
     async def batch_query(request: Request) -> Response:
         if denied := sim._gate(request, "meta"):
@@ -162,6 +178,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                         }
                     )
         return sim._ok({"metas": metas, "failed_list": failed})
+
+
+def _export_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: export task creation."""
 
     @app.post("/open-apis/drive/v1/export_tasks")
     async def create_export(request: Request) -> Response:
@@ -197,6 +217,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             sim.counters["export_creations"] += 1
             sim.export_creations_by_token[token] += 1
         return sim._ok({"ticket": ticket})
+
+
+def _export_poll_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: export task poll (the task ends, and its file's clock starts, when rendering ends)."""
 
     @app.get("/open-apis/drive/v1/export_tasks/{ticket}")
     async def get_export(ticket: str, request: Request) -> Response:
@@ -238,6 +262,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
                 result.update(file_name=task.file_name, file_token=task.file_token, file_size=len(task.data))
         return sim._ok({"result": result})
 
+
+def _download_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: export file and uploaded file downloads."""
+
     @app.get("/open-apis/drive/v1/export_tasks/file/{file_token}/download")
     async def download_export(file_token: str, request: Request) -> Response:
         if denied := sim._gate(request, "export_download"):
@@ -268,6 +296,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             data = item.content if isinstance(item.content, bytes) else str(item.content).encode()
             headers = {"content-disposition": sim._disposition(item.name, item.disposition)}
             return Response(data, media_type=item.media_type or "application/octet-stream", headers=headers)
+
+
+def _wiki_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: wiki: nodes, spaces."""
 
     @app.get("/open-apis/wiki/v2/spaces/{space_id}/nodes")
     async def wiki_nodes(space_id: str, request: Request) -> Response:
@@ -315,6 +347,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         if data["has_more"]:
             data["page_token"] = str(start + size)
         return sim._ok(data)
+
+
+def _docs_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: root folder meta, sheets/tables queries, docx."""
 
     @app.get("/open-apis/drive/explorer/v2/root_folder/meta")
     async def root_meta(request: Request) -> Response:
@@ -369,6 +405,10 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
             text = "\n".join(line.removeprefix("# ") for line in str(item.content or "").splitlines()) + "\n"
         return sim._ok({"content": text})
 
+
+def _control_routes(app: FastAPI, sim: FeishuSimulator) -> None:
+    """Routes: control plane for other processes and the demo."""
+
     # -------- control plane for other processes and the demo
     @app.get("/_sim/counters")
     async def counters() -> dict[str, Any]:
@@ -388,8 +428,6 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         b = await request.json()
         sim.burst(int(b["count"]), api=b.get("api"), reset=int(b.get("reset", 1)))
         return {"ok": True}
-
-    return app
 
 
 def _wiki_node(sim: FeishuSimulator, space_id: str, parent: str | None, i: Any) -> dict[str, Any]:
