@@ -1,0 +1,47 @@
+"""A state DB created by an older version gets the columns a newer one added (SQLite, PostgreSQL).
+
+``create_all`` creates missing tables only: without ``_add_missing_columns`` a database from
+before the reaper (``owner``, ``heartbeat_at``) or lineage warnings (``warnings``) fails the
+first insert that names them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from include.stores import RunItem, StateStore
+
+_ADDED = {"tributary_runs": ("owner", "heartbeat_at"), "tributary_run_items": ("warnings",)}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return (
+        f"sqlite:///{tmp_path / 'state.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    )
+
+
+def test_columns_missing_from_an_older_database_are_added(url: str) -> None:
+    old = StateStore(url)
+    old.start_run("before", "files:m", run_type="inline")
+    with old.engine.begin() as conn:  # what an older version's tables looked like
+        for table, columns in _ADDED.items():
+            for column in columns:
+                conn.execute(sa.text(f'ALTER TABLE {table} DROP COLUMN "{column}"'))
+    old.close()
+
+    store = StateStore(url)
+    try:
+        inspector = sa.inspect(store.engine)
+        for table, columns in _ADDED.items():
+            assert set(columns) <= {c["name"] for c in inspector.get_columns(table)}
+        store.start_run("after", "files:m", run_type="inline", owner={"host": "h", "pid": 1})
+        store.record_run_items("after", "files:m", [RunItem(item_key="a.md", action="new")])
+        assert store.get_run("after", "files:m")["owner"] == {"host": "h", "pid": 1}
+        assert store.get_run("before", "files:m")["owner"] is None  # old rows stay valid
+        assert [r["run_id"] for r in store.running_runs("files:m")] == ["before", "after"]
+    finally:
+        store.close()
