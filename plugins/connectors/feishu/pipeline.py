@@ -94,7 +94,12 @@ async def _one(
     ticket = await loop.run_in_executor(
         pool, lambda: start_export(client, job.item_key, job.doc_type, formats, job.sub)
     )
-    await poll_tickets(poller, [ticket], **poll)
+    # Each ticket gets the whole wait from its own creation: a ticket created late in a large
+    # batch (the create budget is 100/min) must not inherit a deadline that is nearly spent.
+    span = poll["deadline"] - poll["started"]
+    await poll_tickets(
+        poller, [ticket], deadline=time.time() + span, interval=poll["interval"], max_interval=poll["max_interval"]
+    )
     if ticket.state != "done":
         if ticket.state == "pending":
             ticket.state, ticket.error_reason = "failed", "export_timeout"
@@ -163,7 +168,7 @@ def run_exports(
 ) -> list[ExportResult]:
     """Export ``(item_key, doc_type)`` pairs, each downloaded the moment its ticket is done."""
     started = time.perf_counter()
-    poll = {"deadline": deadline, "interval": interval, "max_interval": max_interval}
+    poll = {"deadline": deadline, "started": time.time(), "interval": interval, "max_interval": max_interval}
     out = asyncio.run(
         _run(
             client, items, formats=formats, poll=poll, max_bytes=max_bytes,
