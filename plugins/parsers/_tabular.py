@@ -94,6 +94,15 @@ def make_header(cells: list[str], first_col: int = 0) -> list[str]:
     return out
 
 
+def _pad(cells: list[str], width: int, budget: CellBudget | None, n: int) -> list[str]:
+    """``cells`` padded to the header's ``width``, the padding charged to ``budget`` first."""
+    if len(cells) >= width:
+        return cells
+    if budget is not None:
+        budget.charge(width - len(cells), f"row {n} padded to the header")
+    return cells + [""] * (width - len(cells))
+
+
 def emit_rows(
     builder: BlockBuilder,
     rows: Iterable[tuple[int, list[str]]],
@@ -125,11 +134,7 @@ def emit_rows(
         emitted += 1
         if emitted > limits.max_rows:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {limits.max_rows} rows")
-        width = len(header) if header else len(cells)
-        if len(cells) < width:
-            if cells_budget is not None:
-                cells_budget.charge(width - len(cells), f"row {n} padded to the header")
-            cells = cells + [""] * (width - len(cells))
+        cells = _pad(cells, len(header) if header else 0, cells_budget, n)
         builder.add(BlockKind.TABLE, "\t".join(cells).strip(), pos(n), rows=[cells], header=header)
 
     for count, (n, cells) in enumerate(rows):

@@ -215,13 +215,9 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget):
         yield n, cells
 
 
-@register_parser("xlsx", "1.0", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
-def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
+def _open_workbook(data: bytes, limits: Limits) -> tuple[Any, zipfile.ZipFile]:
     import openpyxl
 
-    limits = Limits.from_options(ctx.options)
-    limits.check_size(data)
-    deadline = Deadline(limits.time_budget_s)
     zf = check_zip(data, limits, "xlsx")
     # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams
     charge_xml_parts(zf, limits, "xlsx", skip=lambda name: name.startswith("xl/worksheets/"))
@@ -236,6 +232,15 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
         raise xml_error(exc, "xlsx") from exc
     except (KeyError, zipfile.BadZipFile, OSError) as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"xlsx: {type(exc).__name__}: {exc}") from exc
+    return wb, zf
+
+
+@register_parser("xlsx", "1.0", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
+def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    wb, zf = _open_workbook(data, limits)
     include_hidden = bool(ctx.options.get("include_hidden_sheets", False))
     header_opt = header_option(ctx.options.get("first_row_as_header", "auto"))
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
