@@ -8,6 +8,11 @@ metadata); images as ``[image: alt text]`` references; text boxes after their pa
 tracked changes with insertions kept and deletions dropped; footnotes and endnotes at the end;
 title/author/dates from core properties. Relationships pointing at missing parts (``NULL``) are
 repaired before python-docx sees the file.
+
+Sizes the file controls are bounded per document: list levels are clamped to OOXML's 0..8 and
+numbering starts to Word's 32767 (see :mod:`._docx_styles`), all XML parts python-docx will
+parse count together against ``xml_max_total``, and table cells (vertical-merge copies
+included) and the output text against ``max_chars``.
 """
 
 from __future__ import annotations
