@@ -59,5 +59,7 @@ class FeishuOptions(EngineOptions):
     export_concurrency: int = Field(default=20, ge=1, le=200)
     docx_fetch: Literal["export", "raw_content"] = "export"
     docx_revision_check: bool = False
+    # deferred path: resume to download finished exports once one has waited this long
+    export_resume_after_done_seconds: float | None = Field(default=120, gt=0)
     client: FeishuClientOptions = Field(default_factory=FeishuClientOptions)
     rate_limits: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
