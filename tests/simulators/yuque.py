@@ -195,8 +195,17 @@ class YuqueSimulator:
     # ------------------------------------------------------------------ space building
 
     def tick(self) -> str:
-        self._clock += timedelta(minutes=1, milliseconds=137)
+        """Now, by the wall clock (the connector stamps its listings with it, as it would with
+        Yuque's), and always later than the last tick, so every edit has its own time."""
+        self._clock = max(datetime.now(UTC), self._clock + timedelta(milliseconds=1))
         return _iso(self._clock)
+
+    def settle(self, limit: float = 5.0) -> None:
+        """Wait (at most ``limit`` s) until the wall clock has passed the last tick: edits made in
+        a quick loop run ahead of it by a millisecond each."""
+        deadline = time.monotonic() + limit
+        while datetime.now(UTC) <= self._clock and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def _next_id(self) -> int:
         self._ids += 1

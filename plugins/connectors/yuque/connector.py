@@ -26,6 +26,7 @@ renamed to it through ``Discovery.renames``, keeping doc and chunk ids); version
 :mod:`.versions`. Discovery never downloads a body: an unchanged space costs, per repo, one
 incremental listing page, one tombstone listing and one TOC.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,6 +60,7 @@ from plugins.connectors.yuque.versions import (
     legacy_renames,
     revision_parts,
     toc_part,
+    with_listed_at,
     with_toc,
 )
 from plugins.connectors.yuque.walk import RepoDocs, Walk, Walker
@@ -87,6 +89,7 @@ class YuqueConnector(Connector):
         self.max_sheet_bytes = int(opts.get("max_sheet_bytes", DEFAULT_MAX_SHEET_BYTES))
         self.include_drafts = bool(opts.get("include_drafts", False))
         self.toc_headings = bool(opts.get("toc_headings", True))
+        self._listed_at = ""
 
     # ------------------------------------------------------------------ client
 
@@ -180,7 +183,7 @@ class YuqueConnector(Connector):
 
     def _evidence(self, entry: RepoDocs, doc: DocSummary) -> VersionEvidence:
         toc = None if entry.toc is None else [entry.repo.name, *entry.toc.get(doc.id, [])]
-        revision = fingerprint(doc.updated_at, entry.repo.namespace, doc.slug, toc)
+        revision = fingerprint(doc.updated_at, entry.repo.namespace, doc.slug, toc, self._listed_at)
         return VersionEvidence(modified_time=doc.modified_time, revision=revision)
 
     def _unlisted(self, entry: RepoDocs, known: dict[str, VersionEvidence], by_doc: dict[int, str]) -> list[Change]:
@@ -193,17 +196,19 @@ class YuqueConnector(Connector):
                 continue
             parts = revision_parts(version.revision)
             toc = None if entry.toc is None else toc_part([entry.repo.name, *entry.toc.get(doc_id, [])])
+            stamped = with_listed_at(version.revision, self._listed_at) or ""
             if parts and toc is not None and parts["t"] not in (toc, UNKNOWN):
-                moved = VersionEvidence(
-                    modified_time=version.modified_time, revision=with_toc(version.revision or "", toc)
-                )
+                moved = VersionEvidence(modified_time=version.modified_time, revision=with_toc(stamped, toc))
                 stub = DocSummary(doc_id, None, "", "Doc", None, parts["u"] or None, version.modified_time, 1)
                 out.append(self._change(entry, stub, key, Comparison(Verdict.CHANGED, moved, "moved in the TOC")))
             else:
-                out.append(Change(key, ChangeKind.UNCHANGED, version, reason="not modified (incremental listing)"))
+                vouched = VersionEvidence(modified_time=version.modified_time, revision=stamped)
+                out.append(Change(key, ChangeKind.UNCHANGED, vouched, reason="not modified (incremental listing)"))
         return out
 
     def discover(self, request: DiscoveryRequest) -> Discovery:
+        # when this walk began: what its reports vouch for (``l=``; see .walk, .versions)
+        self._listed_at = _iso(datetime.now(UTC))
         walk = self._walk(request)
         only = set(request.only_keys) if request.only_keys is not None else None
         current: dict[int, str] = {}
@@ -337,6 +342,11 @@ class YuqueConnector(Connector):
                 **({"breadcrumbs": crumbs} if crumbs is not None else {}),
             },
         )
+
+
+def _iso(moment: datetime) -> str:
+    """Yuque's own timestamp form, ``2026-01-05T08:00:00.000Z``."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def _aware(value: datetime | None) -> datetime | None:

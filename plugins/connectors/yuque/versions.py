@@ -8,7 +8,10 @@ another repo) to the current key by the doc id, which Yuque never reuses.
 Version evidence:
 
 - ``modified_time``: ``content_updated_at`` (``updated_at`` when absent), as before;
-- ``revision``: ``u=<updated_at>;p=<hash of namespace/slug>;t=<hash of the TOC path>``.
+- ``revision``: ``u=<updated_at>;p=<hash of namespace/slug>;t=<hash of the TOC path>;l=<when
+  a listing last vouched for this version>``. ``l`` only moves when the engine commits the
+  report (a failed fetch keeps the old one), which is what lets an incremental listing start
+  early enough to see that doc again (:mod:`.walk`).
   ``updated_at`` also moves on metadata-only edits (slug rename, sometimes a TOC move) and maybe
   on a sheet's autosave; the TOC path is compared on its own because a move need not touch the
   doc at all. ``t=-`` means the TOC was unreadable this run: that part is then not compared, and
@@ -35,6 +38,7 @@ __all__ = [
     "legacy_renames",
     "revision_parts",
     "toc_part",
+    "with_listed_at",
     "with_toc",
 ]
 
@@ -80,10 +84,17 @@ def toc_part(toc_path: list[str] | None) -> str:
     return UNKNOWN if toc_path is None else _short("\x1f".join(toc_path))
 
 
-def fingerprint(updated_at: str | None, namespace: str, slug: str | None, toc_path: list[str] | None) -> str:
+def fingerprint(
+    updated_at: str | None, namespace: str, slug: str | None, toc_path: list[str] | None, listed_at: str = ""
+) -> str:
     toc = toc_part(toc_path)
     place = _short(f"{namespace}/{slug or ''}")
-    return f"u={updated_at or ''};p={place};t={toc}"
+    return _join({"u": updated_at or "", "p": place, "t": toc, "l": listed_at})
+
+
+def _join(parts: dict[str, str]) -> str:
+    order = ["u", "p", "t"] + (["l"] if parts.get("l") else [])
+    return ";".join(f"{k}={parts[k]}" for k in order)
 
 
 def revision_parts(revision: str | None) -> dict[str, str]:
@@ -96,7 +107,16 @@ def revision_parts(revision: str | None) -> dict[str, str]:
 def with_toc(revision: str, toc: str) -> str:
     parts = revision_parts(revision)
     parts["t"] = toc
-    return ";".join(f"{k}={parts[k]}" for k in ("u", "p", "t"))
+    return _join(parts)
+
+
+def with_listed_at(revision: str | None, listed_at: str) -> str | None:
+    """The revision, stamped with the listing that just vouched for it (see :mod:`.walk`)."""
+    parts = revision_parts(revision)
+    if not parts:
+        return revision
+    parts["l"] = listed_at
+    return _join(parts)
 
 
 class Verdict(Enum):

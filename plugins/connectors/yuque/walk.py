@@ -8,8 +8,11 @@ marked incomplete and nothing is inferred deleted; a repo that is really gone is
 ``namespaces`` (or vanishes from the owner's repo list), and its docs then go the normal way.
 
 Incremental listing (``changed_at_gte``, in the OpenAPI spec for ``GET /repos/:id/docs``): for a
-repo we hold docs of, only docs changed since the newest ``updated_at`` we stored (minus an
-overlap) are listed. Docs not listed are unchanged, and the repo's key set is still known
+repo we hold docs of, only docs changed since the *oldest* listing that vouched for a stored
+version (each version's ``l=``, minus an overlap for clock skew) are listed. The oldest, not the
+newest: a doc whose fetch failed keeps the ``l`` of its last committed version, so the listings
+keep reaching back to it until it is indexed (with the newest, an edit that failed to fetch
+would never be listed again). Docs not listed are unchanged, and the repo's key set is still known
 exactly when the known docs plus the newly listed ones, minus tombstones, add up to the repo's
 ``items_count``; when they do not (a doc we never indexed, a draft, a count Yuque computes
 differently), the repo is listed in full, as every run did before.
@@ -197,21 +200,21 @@ class Walker:
         return docs
 
     def _watermark(self, known: dict[str, VersionEvidence], repo: Repo) -> datetime | None:
-        newest: datetime | None = None
+        """The oldest ``l=`` of the repo's known versions, minus the overlap; None: list in full."""
+        oldest: datetime | None = None
         for key, version in known.items():
             if doc_id_of(key) not in known_by_repo([key], repo):
                 continue
-            stamp = revision_parts(version.revision).get("u") or version.modified_time
             try:
-                moment = parse_time(stamp)
+                moment = parse_time(revision_parts(version.revision).get("l"))
             except ValueError:
                 return None
             if moment is None:
-                return None  # a known doc without a time: only a full listing is safe
-            newest = moment if newest is None or moment > newest else newest
-        if newest is None:
+                return None  # a version of an earlier release, never vouched for by a listing
+            oldest = moment if oldest is None or moment < oldest else oldest
+        if oldest is None:
             return None
-        return newest - timedelta(minutes=float(self.options.get("incremental_overlap_minutes", 10)))
+        return oldest - timedelta(minutes=float(self.options.get("incremental_overlap_minutes", 10)))
 
     def _tombstones(self, repo: Repo) -> list[DocSummary]:
         try:
