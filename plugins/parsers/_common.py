@@ -225,11 +225,12 @@ def _detect(data: bytes) -> str | None:
 
 # --------------------------------------------------------------------------- text helpers
 
-_WS = re.compile(r"[ \t\r\n\f\v\u00a0\u200b]+")
+# Only runs that change (not a lone space): on a long text each match is a piece of the result.
+_WS = re.compile(r"(?: [ \t\r\n\f\v\u00a0\u200b]+|[\t\r\n\f\v\u00a0\u200b][ \t\r\n\f\v\u00a0\u200b]*)")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-_HSPACE = re.compile(r"[ \t\f\v\u00a0\u200b]+")
+_HSPACE = re.compile(r"(?: [ \t\f\v\u00a0\u200b]+|[\t\f\v\u00a0\u200b][ \t\f\v\u00a0\u200b]*)")
 _LINE_BREAKS = re.compile(r" ?(?:\r\n?|\n)(?: ?(?:\r\n?|\n))* ?")
 
 

@@ -18,12 +18,15 @@ A page whose body has no text but scripts (a single-page-app shell) raises
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterator
 from urllib.parse import urljoin
 
 from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
+from plugins.parsers._html_tree import build_tree
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["extract_html", "parse_html"]
@@ -122,8 +125,24 @@ def _tag(el: etree._Element) -> str:
     return tag.rsplit("}", 1)[-1].lower()
 
 
+_WORD_SLICE = 1 << 20
+
+
 def _text_len(el: etree._Element) -> int:
-    return len("".join(el.itertext()).split()) if el is not None else 0
+    """Words under ``el`` as ``str.split`` counts them, a MiB slice at a time.
+
+    One ``split`` of a whole page's text would hold a string object per word at once.
+    """
+    if el is None:
+        return 0
+    text = "".join(el.itertext())
+    words = 0
+    for start in range(0, len(text), _WORD_SLICE):
+        piece = text[start : start + _WORD_SLICE]
+        words += len(piece.split())
+        if start and not piece[:1].isspace() and not text[start - 1].isspace():
+            words -= 1  # a word cut in two by the slice boundary was counted twice
+    return words
 
 
 def _remove_element(el: etree._Element) -> None:
@@ -237,78 +256,90 @@ def _main_content(body: etree._Element) -> etree._Element:
 
 
 class _Walker:
-    """Turns the content subtree into blocks, flushing inline runs into paragraphs."""
+    """Turns the content subtree into blocks, flushing inline runs into paragraphs.
+
+    Element paths are built on the way down (``tree.getpath`` recounts an element's siblings
+    on every call, quadratic for a container with many children) in getpath's own form: a
+    ``[n]`` index only where the parent has more than one child of that name.
+    """
 
     def __init__(self, tree: etree._ElementTree, builder: BlockBuilder, deadline: Deadline) -> None:
         self.tree = tree
         self.b = builder
         self.deadline = deadline
         self._inline: list[str] = []
-        self._inline_el: etree._Element | None = None
+        self._inline_path: str | None = None
         self._count = 0
-
-    def _pos(self, el: etree._Element) -> list[Position]:
-        return [Position(path=self.tree.getpath(el))]
 
     def _flush(self) -> None:
         if self._inline:
             text = "".join(self._inline)
-            el = self._inline_el
-            self._inline, self._inline_el = [], None
-            self.b.paragraph(text, self._pos(el) if el is not None else None)
+            path = self._inline_path
+            self._inline, self._inline_path = [], None
+            self.b.paragraph(text, _pos(path) if path is not None else None)
 
-    def _add_inline(self, text: str | None, el: etree._Element) -> None:
+    def _add_inline(self, text: str | None, path: str) -> None:
         if text:
-            if self._inline_el is None and text.strip():
-                self._inline_el = el
+            if self._inline_path is None and text.strip():
+                self._inline_path = path
             self._inline.append(text)
 
-    def walk(self, el: etree._Element) -> None:
-        self._add_inline(el.text, el)
+    def walk(self, el: etree._Element, path: str | None = None) -> None:
+        path = path if path is not None else self.tree.getpath(el)
+        self._add_inline(el.text, path)
+        names = Counter(child.tag for child in el if isinstance(child.tag, str))
+        seen: Counter[str] = Counter()
         for child in el:
             self._count += 1
             if self._count % 2000 == 0:
                 self.deadline.check("html")
             tag = _tag(child)
             if not tag:
-                self._add_inline(child.tail, el)
+                self._add_inline(child.tail, path)
                 continue
+            seen[child.tag] += 1
+            index = f"[{seen[child.tag]}]" if names[child.tag] > 1 else ""
+            child_path = f"{path}/{child.tag}{index}"
             if tag in _BLOCK_TAGS:
-                self._block(child, tag)
+                self._block(child, tag, child_path)
             elif tag == "br":
                 self._inline.append("\n")
             else:
-                self._add_inline(_inline_text(child), child)
-            self._add_inline(child.tail, el)
+                self._add_inline(_inline_text(child), child_path)
+            self._add_inline(child.tail, path)
 
-    def _block(self, el: etree._Element, tag: str) -> None:
+    def _block(self, el: etree._Element, tag: str, path: str) -> None:
         self._flush()
         if len(tag) == 2 and tag[0] == "h" and tag[1].isdigit():
-            self.b.heading(_inline_text(el), int(tag[1]), self._pos(el))
+            self.b.heading(_inline_text(el), int(tag[1]), _pos(path))
         elif tag == "p" or tag == "dt" or tag == "summary" or tag == "figcaption" or tag == "caption":
-            self.b.paragraph(_inline_text(el), self._pos(el))
+            self.b.paragraph(_inline_text(el), _pos(path))
         elif tag in ("ul", "ol", "menu"):
             lines: list[str] = []
             _list_lines(el, tag == "ol", 0, lines)
-            self.b.add(BlockKind.LIST, "\n".join(lines), self._pos(el), ordered=tag == "ol")
+            self.b.add(BlockKind.LIST, "\n".join(lines), _pos(path), ordered=tag == "ol")
         elif tag == "table":
             rows, header = _table(el)
-            self.b.table(rows, header, self._pos(el))
+            self.b.table(rows, header, _pos(path))
         elif tag == "pre":
             text = "".join(el.itertext()).strip("\n")
             lang = _code_language(el)
             if lang:
-                self.b.add(BlockKind.CODE, text, self._pos(el), language=lang)
+                self.b.add(BlockKind.CODE, text, _pos(path), language=lang)
             else:
-                self.b.add(BlockKind.CODE, text, self._pos(el))
+                self.b.add(BlockKind.CODE, text, _pos(path))
         elif tag == "hr":
             pass
         else:  # containers: div, section, blockquote, dd, li outside a list, ...
-            self.walk(el)
+            self.walk(el, path)
             self._flush()
 
     def finish(self) -> None:
         self._flush()
+
+
+def _pos(path: str) -> list[Position]:
+    return [Position(path=path)]
 
 
 def _inline_text(el: etree._Element) -> str:
@@ -425,9 +456,28 @@ def _code_language(el: etree._Element) -> str | None:
     return None
 
 
-def _looks_like_shell(n_scripts: int, visible: str) -> bool:
+def _visible_texts(body: etree._Element) -> Iterator[str]:
+    """The text nodes under ``body`` outside script and style, in document order.
+
+    What ``.//text()[not(ancestor::script) and not(ancestor::style)]`` selects; libxml2 takes
+    that path's ancestor test per node against the whole node set, quadratic on a large page.
+    """
+    hidden = 0  # depth inside script/style
+    for event, el in etree.iterwalk(body, events=("start", "end")):
+        scripted = _tag(el) in ("script", "style")
+        if event == "start":
+            hidden += scripted
+            if not hidden and el.text and isinstance(el.tag, str):
+                yield el.text
+            continue
+        hidden -= scripted
+        if not hidden and el.tail and el is not body:
+            yield el.tail
+
+
+def _looks_like_shell(n_scripts: int, asks_for_js: bool) -> bool:
     """No content blocks: a shell if scripts exist (they would render the page)."""
-    return n_scripts > 0 or bool(_SHELL_HINT.search(visible))
+    return n_scripts > 0 or asks_for_js
 
 
 def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
@@ -436,17 +486,11 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     text, encoding = decode_text(data, ctx.declared_type, (_sniff_meta_charset(data),))
-    parser = etree.HTMLParser(
-        encoding="utf-8", remove_comments=True, remove_pis=True, no_network=True, huge_tree=False, recover=True
-    )
     # Re-encode so lxml never guesses the charset; strip an XML declaration that would lie.
     payload = text.encode("utf-8", errors="replace")
-    try:
-        root = etree.fromstring(payload, parser)
-    except etree.XMLSyntaxError as exc:
-        raise ParseError(ParseErrorCode.CORRUPT, f"html: {exc}") from exc
-    if root is None:
-        raise ParseError(ParseErrorCode.EMPTY, "empty document")
+    del text  # the page's decoded copy is not needed past this point
+    root, shell_hint_folded = build_tree(payload, _SHELL_HINT)
+    del payload
     tree = root.getroottree()
     meta = _metadata(root, ctx.url)
     body = root.find("body")
@@ -454,7 +498,8 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
         body = root
     n_scripts = sum(1 for _ in root.iter("script"))
     # Text a visitor sees without scripts (noscript included: "please enable JavaScript").
-    visible = " ".join(body.xpath(".//text()[not(ancestor::script) and not(ancestor::style)]"))
+    # (or in an element folded while the tree was built)
+    asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(_visible_texts(body))))
     _strip_chrome(body)
     main = _main_content(body)
     builder = BlockBuilder(limits.max_blocks)
@@ -462,11 +507,11 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     walker.walk(main)
     walker.finish()
     if not builder.blocks:
-        if _looks_like_shell(n_scripts, visible):
+        if _looks_like_shell(n_scripts, asks_for_js):
             raise ParseError(ParseErrorCode.EMPTY, "javascript shell: the page renders its content with scripts")
         raise ParseError(ParseErrorCode.EMPTY, "no text content")
     body_text = sum(len(b.text) for b in builder.blocks)
-    if n_scripts and body_text < 200 and _SHELL_HINT.search(visible):
+    if n_scripts and body_text < 200 and asks_for_js:
         raise ParseError(ParseErrorCode.EMPTY, "javascript shell: the page asks for JavaScript to show content")
     meta["encoding"] = encoding
     title = meta.get("title")

@@ -1,0 +1,180 @@
+"""Building the HTML tree within a memory bound proportional to the page, deep nesting kept.
+
+The page is fed to libxml2's push parser a MiB at a time. A paragraph-like element (``p``, a
+heading, a list item, a table cell ...) whose content is only plain inline markup (``b``,
+``a``, ``span`` ...) is folded, as soon as it ends, into its own text and one ``span`` holding the
+rest of the text ``itertext`` gives: every consumer of such an element (``_ordered_text``, word counts,
+chrome rules) reads that same text, while the tree no longer holds a node, an attribute and
+a string per bold word or link. That fold is what keeps a 20 MB page's tree within a few
+times its size, where libxml2's full tree takes ~10x.
+
+``huge_tree`` lifts libxml2's 10 MB text-node limit (which silently dropped a long text) and
+its depth halt; the input is already capped at ``max_bytes``. Nesting deeper than
+:data:`MAX_DEPTH` (which the recursive block walk could not follow, and at 2048 libxml2 stops
+parsing and loses the rest of the page) is re-parsed with the excess tags removed and their
+text kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lxml import etree
+
+from include.contract import ParseError, ParseErrorCode
+
+__all__ = ["MAX_DEPTH", "build_tree"]
+
+MAX_DEPTH = 256
+_FEED_STEP = 1 << 20
+# elements whose text is read whole (never walked child by child when they have own text)
+_FOLDABLE = frozenset(
+    ["p", "h1", "h2", "h3", "h4", "h5", "h6", "dt", "summary", "figcaption", "caption", "li", "td", "th"]
+)
+# inline elements that add nothing but their text to ``_ordered_text`` and the chrome rules
+_PLAIN_INLINE = frozenset(
+    [
+        "a",
+        "abbr",
+        "b",
+        "bdi",
+        "bdo",
+        "big",
+        "cite",
+        "code",
+        "data",
+        "del",
+        "dfn",
+        "em",
+        "font",
+        "i",
+        "img",
+        "ins",
+        "kbd",
+        "mark",
+        "nobr",
+        "q",
+        "s",
+        "samp",
+        "small",
+        "span",
+        "strike",
+        "strong",
+        "sub",
+        "sup",
+        "time",
+        "tt",
+        "u",
+        "var",
+        "wbr",
+    ]
+)
+_HIDING_ROLES = frozenset(("navigation", "complementary", "search", "banner", "contentinfo"))
+_VOID = frozenset(
+    ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"]
+)
+_TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9:-]*)(?:\s[^>]*)?>")
+_SPACED = frozenset(
+    b"p div li td th tr table ul ol dl dt dd h1 h2 h3 h4 h5 h6 section article main blockquote pre".split()
+)
+
+
+def _plain(el: etree._Element) -> bool:
+    """No attribute or tag under ``el`` that any rule of the HTML parser reads."""
+    for node in el.iterdescendants():
+        tag = node.tag
+        if not isinstance(tag, str) or tag not in _PLAIN_INLINE or (len(node.attrib) and _marked(node)):
+            return False
+    return True
+
+
+def _marked(node: etree._Element) -> bool:
+    if node.get("hidden") is not None or node.get("aria-hidden") == "true":
+        return True
+    if (node.get("role") or "").lower() in _HIDING_ROLES:
+        return True
+    style = (node.get("style") or "").replace(" ", "").lower()
+    return "display:none" in style or "visibility:hidden" in style
+
+
+def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> None:
+    # Only with own leading text: a walk of this element would start its paragraph at the
+    # element itself either way, so no position path changes.
+    if not len(el) or not (el.text and el.text.strip()) or not _plain(el):
+        return
+    full = "".join(el.itertext())
+    # the visible-text check reads text nodes joined with spaces (every hint names JavaScript)
+    if not seen[0] and "javascript" in full.lower() and shell_hint.search(" ".join(el.itertext())):
+        seen[0] = True
+    # own text, then one span with the rest: ``_ordered_text`` puts its separator for a nested
+    # p/li/dt after the element's own text, before its children, and so still does
+    rest = full[len(el.text) :]
+    for child in list(el):
+        el.remove(child)
+    etree.SubElement(el, "span").text = rest
+
+
+def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, int]:
+    parser = etree.HTMLPullParser(
+        events=("start", "end"),
+        encoding="utf-8",
+        remove_comments=True,
+        remove_pis=True,
+        no_network=True,
+        huge_tree=True,
+        recover=True,
+    )
+    depth = deepest = 0
+    view = memoryview(payload)
+    for offset in range(0, max(len(payload), 1), _FEED_STEP):
+        parser.feed(bytes(view[offset : offset + _FEED_STEP]))
+        for event, el in parser.read_events():
+            if event == "start":
+                depth += 1
+                deepest = max(deepest, depth)
+            else:
+                depth -= 1
+                if el.tag in _FOLDABLE:
+                    _fold(el, shell_hint, seen)
+    return parser.close(), deepest
+
+
+def cap_nesting(payload: bytes, max_depth: int) -> bytes:
+    """Drop start and end tags nested deeper than ``max_depth``, keeping the text between them.
+
+    A tag-level pass, approximate where HTML closes elements implicitly; used only for a page
+    that nests too deep to walk, where it keeps the text that the tree would have lost.
+    """
+    depth = 0
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        nonlocal depth
+        name = match.group(2).lower()
+        if name in _VOID or match.group(0).endswith(b"/>"):
+            return match.group(0) if depth < max_depth else b" "
+        if match.group(1):  # an end tag closes the element opened at this depth
+            keep = depth <= max_depth
+            depth = max(0, depth - 1)
+        else:
+            depth += 1
+            keep = depth <= max_depth
+        return match.group(0) if keep else (b" " if name in _SPACED else b"")
+
+    return _TAG.sub(replace, payload)
+
+
+def build_tree(payload: bytes, shell_hint: re.Pattern[str]) -> tuple[etree._Element, bool]:
+    """The page's root element and whether a folded element's text matched ``shell_hint``."""
+    seen = [False]
+    try:
+        root, deepest = _parse(payload, shell_hint, seen)
+        if deepest > MAX_DEPTH:
+            root = None  # free the deep tree before the second parse
+            root, deepest = _parse(cap_nesting(payload, MAX_DEPTH // 2), shell_hint, seen)
+    except etree.XMLSyntaxError as exc:
+        raise ParseError(ParseErrorCode.CORRUPT, f"html: {exc}") from exc
+    if root is None:
+        raise ParseError(ParseErrorCode.EMPTY, "empty document")
+    if deepest > MAX_DEPTH:
+        raise ParseError(ParseErrorCode.BOMB, f"html: elements nested deeper than {MAX_DEPTH} levels")
+    return root, seen[0]
