@@ -125,6 +125,24 @@ def test_legacy_namespace_keys_migrate_without_reindexing(kb, monkeypatch):
     assert (third.counts["unchanged"], third.counts["fetched"]) == (9, 0)
 
 
+def test_legacy_keys_migrate_in_a_full_resync_too(kb, monkeypatch):
+    # a full resync withholds every item from ``known``; the keys must still move, not be
+    # re-created (new doc ids) while the old ones are deleted (the mass-delete guard)
+    _sim, big, docs = kb
+    source = yuque_source()
+    current_key = yuque_connector.item_key
+    monkeypatch.setattr(yuque_connector, "item_key", lambda book_id, doc_id: f"{big.namespace}/{doc_id}")
+    run_pipeline(source)
+    old = _state(source)
+    monkeypatch.setattr(yuque_connector, "item_key", current_key)
+    summary = run_pipeline(source, {"full_resync": True})
+    assert summary.status == "success"
+    assert (summary.counts["new"], summary.counts["deleted"]) == (0, 0)
+    new = _state(source)
+    assert sorted(st.doc_id for st in new.values()) == sorted(st.doc_id for st in old.values())
+    assert set(new) == {_key(big, d) for d in docs}
+
+
 # ----------------------------------------------------------------------- 3. metadata-only edits
 
 

@@ -217,7 +217,11 @@ class YuqueConnector(Connector):
                 current[doc.id] = item_key(entry.repo.id, doc.id)
             for doc_id in entry.unlisted:
                 current[doc_id] = item_key(entry.repo.id, doc_id)
-        renames = legacy_renames(frozenset(request.known), current)
+        for key in walk.extra_keys:  # unreadable records still exist: their state moves too
+            if (doc_id := doc_id_of(key)) is not None:
+                current.setdefault(doc_id, key)
+        # forced items (full resync, new options) are not ``known`` but their keys still move
+        renames = legacy_renames(frozenset(request.known) | request.stored, current)
         known = {renames.get(k, k): v for k, v in request.known.items()}
         by_doc = {doc_id_of(k): k for k in known}
         changes: list[Change] = []
