@@ -114,9 +114,9 @@ class SqliteFtsIndex(IndexBackend):
     def _upsert_one(self, cur: sqlite3.Cursor, write: DocumentWrite) -> UpsertResult:
         doc = write.document
         existing = {
-            row[0]: (row[1], row[2])
+            row[0]: (row[1], row[2], row[3:])
             for row in cur.execute(
-                "SELECT chunk_id, rowid, content_hash FROM chunks WHERE index_name = ? AND doc_id = ?",
+                "SELECT chunk_id, rowid, content_hash, url, title FROM chunks WHERE index_name = ? AND doc_id = ?",
                 (self.index_name, doc.doc_id),
             )
         }
@@ -125,7 +125,8 @@ class SqliteFtsIndex(IndexBackend):
         # 1. new and changed chunks first ...
         for chunk in write.chunks:
             prior = existing.get(chunk.chunk_id)
-            if prior is not None and prior[1] == chunk.content_hash:
+            # same text and same place: nothing to write (a moved URL or a new title is rewritten)
+            if prior is not None and prior[1] == chunk.content_hash and prior[2] == (doc.url, doc.title):
                 unchanged += 1
                 continue
             row = self._row(chunk, doc, now)
