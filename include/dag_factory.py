@@ -105,7 +105,7 @@ _PARAMS = {
         title="Only these items",
         description=(
             "Re-sync exactly these items: page URLs (web), file paths (files), doc tokens (Feishu), "
-            "namespace/slug or doc ids (Yuque). One per line; empty means every item. A URL carrying a "
+            "<book_id>/<doc_id> (Yuque). One per line; empty means every item. A URL carrying a "
             "credential (token query parameter, user:password@) is refused: use the source's Connection."
         ),
     ),

@@ -119,8 +119,10 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
             full_resync=params.full_resync,
             only_keys=params.only_keys,
             stage=staging.stage_raw,
+            stored=frozenset(key for key, st in states.items() if st.indexed),
         )
         found: Discovery = connector.discover(request)
+    renames = _apply_renames(states, forced, found.renames)
     only = set(params.only_keys or ())
 
     entries: dict[str, dict[str, Any]] = {}
@@ -151,7 +153,8 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         entries[key] = {
             "change": change.to_dict(),
             "prior": _prior(st),
-            "forced": key in forced,
+            # a connector may ask for a rewrite of unchanged text (its URL moved, say)
+            "forced": key in forced or bool(change.metadata.get("rewrite")),
             "staged": staging.staged_digest(change.staged_path),  # checked when fetch reads it back
         }
 
@@ -215,6 +218,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         "skipped": skipped,
         "failed": failed,
         "forced": sorted(forced),
+        "renames": renames,
         "processing_hash": processing,
         "batches": batches,
     }
@@ -239,6 +243,23 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
     )
     failpoint("discover")
     return {"run_id": ctx.run_id, "plan": plan_path, "batches": batches}
+
+
+def _apply_renames(states: dict[str, ItemState], forced: set[str], renames: dict[str, str]) -> dict[str, str]:
+    """Re-key the stored states a connector renamed (old -> new), in memory: the plan then treats
+    each as the item it was (same doc id, chunk ids, version). The commit stage renames the rows.
+    A rename onto a key that already has state, or of a key without state, is ignored."""
+    applied: dict[str, str] = {}
+    for old, new in renames.items():
+        if old in states and new not in states:
+            st = states.pop(old)
+            st.item_key = new
+            states[new] = st
+            if old in forced:
+                forced.discard(old)
+                forced.add(new)
+            applied[old] = new
+    return applied
 
 
 def _plan_deletions(

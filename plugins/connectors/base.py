@@ -75,6 +75,8 @@ class DiscoveryRequest:
     only_keys: list[str] | None = None
     # (item_key, bytes, file name) -> staged path; the file name keeps the extension
     stage: Callable[[str, bytes, str], str] | None = None
+    # every indexed key, ``known`` or withheld from it (forced): what ``Discovery.renames`` may rename
+    stored: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
