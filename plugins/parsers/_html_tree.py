@@ -18,12 +18,13 @@ text kept.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["MAX_DEPTH", "build_tree"]
+__all__ = ["MAX_DEPTH", "build_tree", "visible_texts"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -178,3 +179,22 @@ def build_tree(payload: bytes, shell_hint: re.Pattern[str]) -> tuple[etree._Elem
     if deepest > MAX_DEPTH:
         raise ParseError(ParseErrorCode.BOMB, f"html: elements nested deeper than {MAX_DEPTH} levels")
     return root, seen[0]
+
+
+def visible_texts(body: etree._Element) -> Iterator[str]:
+    """The text nodes under ``body`` outside script and style, in document order.
+
+    What ``.//text()[not(ancestor::script) and not(ancestor::style)]`` selects; libxml2 takes
+    that path's ancestor test per node against the whole node set, quadratic on a large page.
+    """
+    hidden = 0  # depth inside script/style
+    for event, el in etree.iterwalk(body, events=("start", "end")):
+        scripted = el.tag in ("script", "style")
+        if event == "start":
+            hidden += scripted
+            if not hidden and el.text and isinstance(el.tag, str):
+                yield el.text
+            continue
+        hidden -= scripted
+        if not hidden and el.tail and el is not body:
+            yield el.tail

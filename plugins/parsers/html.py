@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
 from urllib.parse import urljoin
 
 from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
-from plugins.parsers._html_tree import build_tree
+from plugins.parsers._html_tree import build_tree, visible_texts
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["extract_html", "parse_html"]
@@ -456,25 +455,6 @@ def _code_language(el: etree._Element) -> str | None:
     return None
 
 
-def _visible_texts(body: etree._Element) -> Iterator[str]:
-    """The text nodes under ``body`` outside script and style, in document order.
-
-    What ``.//text()[not(ancestor::script) and not(ancestor::style)]`` selects; libxml2 takes
-    that path's ancestor test per node against the whole node set, quadratic on a large page.
-    """
-    hidden = 0  # depth inside script/style
-    for event, el in etree.iterwalk(body, events=("start", "end")):
-        scripted = _tag(el) in ("script", "style")
-        if event == "start":
-            hidden += scripted
-            if not hidden and el.text and isinstance(el.tag, str):
-                yield el.text
-            continue
-        hidden -= scripted
-        if not hidden and el.tail and el is not body:
-            yield el.tail
-
-
 def _looks_like_shell(n_scripts: int, asks_for_js: bool) -> bool:
     """No content blocks: a shell if scripts exist (they would render the page)."""
     return n_scripts > 0 or asks_for_js
@@ -499,7 +479,7 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     n_scripts = sum(1 for _ in root.iter("script"))
     # Text a visitor sees without scripts (noscript included: "please enable JavaScript").
     # (or in an element folded while the tree was built)
-    asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(_visible_texts(body))))
+    asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(visible_texts(body))))
     _strip_chrome(body)
     main = _main_content(body)
     builder = BlockBuilder(limits.max_blocks)
