@@ -149,6 +149,10 @@ class EngineOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     quarantine_after: int = Field(default=5, ge=1)
+    # a run that succeeds with this many failed items, or this share of the items it attempted
+    # (and at least 2), posts an alert; null turns a rule off (read by include.alerts)
+    alert_failed_items: int | None = Field(default=10, ge=1)
+    alert_failed_share: float | None = Field(default=0.25, gt=0.0, le=1.0)
     window_overlap_minutes: float | None = Field(default=None, ge=0)
     fetch_operator: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$")
     # run-log retention (read by include.engine.retention): finished runs older than this many days

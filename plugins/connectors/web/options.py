@@ -57,7 +57,7 @@ class WebOptions(EngineOptions):
     Politeness: ``delay_seconds`` between the end of one request to a host and the start of
     the next (raised by robots.txt ``Crawl-delay``; shared through Redis when configured),
     ``concurrency`` (pages in flight, across hosts). Fetching: ``timeout_seconds`` (per
-    network operation), ``total_timeout_seconds`` (per request), ``max_body_bytes``,
+    network operation), ``total_timeout_seconds`` (per URL, retries included), ``max_body_bytes``,
     ``max_redirects``, ``retries`` / ``backoff_seconds``, ``user_agent``, ``headers``
     (non-secret; secrets belong in the Airflow Connection), ``content_types``.
     Safety: ``allow_private_networks`` / ``allowlist`` (IPs, CIDRs or host names the SSRF
