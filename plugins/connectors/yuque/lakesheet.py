@@ -267,7 +267,7 @@ def _cell_value(v: Any, rename: Callable[[str], str] = lambda f: f) -> tuple[Any
             # a real boolean cell, as Excel's own checkbox cells (and the public converters) hold
             return bool(v.get("value")), None, None, None
         # links, and image / file cells: the name stays the text, the target becomes the
-        # hyperlink (as yuque-dl's and the JS lakesheet converters' "[name](src)" output keeps it)
+        # hyperlink (gxr404/yuque-dl src/parse/sheet.ts writes image cells as ![name](src))
         link = v.get("url") if v.get("class") == "link" else v.get("src") if v.get("class") in _FILE_CLASSES else None
         if isinstance(link, str) and not re.match(r"(?i)^(https?:|mailto:)", link):
             link = None
