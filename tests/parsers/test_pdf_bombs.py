@@ -7,6 +7,7 @@ regression fails inside that child instead of growing on the shared machine.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -63,6 +64,8 @@ def test_a_small_real_stream_still_parses_under_the_checks():
 def _memory_hog(data: bytes, ctx: ParseContext) -> ParsedDocument:
     if data == b"abort":
         os.abort()  # a crash in C code that has nothing to do with memory
+    if data == b"killed":
+        os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer (or a cgroup) does
     hoard = [bytearray(16 * MiB) for _ in range(1024)]  # 16 GiB: MemoryError at the child's cap
     raise AssertionError(f"unreachable: {len(hoard)}")
 
@@ -74,3 +77,9 @@ def test_memory_error_in_the_isolated_child_is_reported_against_its_limit():
     # a crash without memory growth stays what it is
     result, _ = run_capped(lambda: _outcome(b"abort", "x.tributary-hog"), 768 * MiB)
     assert result[0] == ParseErrorCode.CORRUPT, result
+
+
+def test_a_child_killed_by_the_system_is_reported_as_out_of_memory():
+    result, _ = run_capped(lambda: _outcome(b"killed", "x.tributary-hog"), 768 * MiB)
+    assert result[0] == ParseErrorCode.BOMB, result
+    assert "SIGKILL" in result[1] and "memory limit" in result[1]
