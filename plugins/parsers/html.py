@@ -11,6 +11,9 @@ This is also the web crawler's page extractor, so it follows what a browser woul
   code (``pre``), each with its element path as position;
 * metadata: title, description, language, canonical URL (resolved against the page URL).
 
+The tree is built by :mod:`plugins.parsers._html_tree` (push parser, plain paragraphs folded as
+they end, huge text nodes kept, over-deep nesting flattened), within a few times the page's size.
+
 A page whose body has no text but scripts (a single-page-app shell) raises
 ``ParseError(empty, "javascript shell")`` so the run records it as skipped with that reason.
 """

@@ -12,6 +12,10 @@
 * encrypted files open when the password is empty (or given as option ``pdf_password``),
   otherwise ``ParseError(encrypted)``.
 
+Before pdfium opens the file, its zlib streams (images aside) are inflated and counted against
+``pdf_max_inflated``: a Flate bomb is ``ParseError(bomb)`` at the cost of one MiB of memory,
+instead of gigabytes inside pdfium (where the isolated child's memory cap is the backstop).
+
 pdfium is not thread-safe: calls are serialised by a process-wide lock, and the registry runs
 this parser in a forked child by default (``isolate``) so a hang in pdfium is killed at the
 time budget; parallelism comes from processes.
