@@ -24,7 +24,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["MAX_DEPTH", "build_tree", "visible_texts"]
+__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "visible_texts"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -70,7 +70,10 @@ _PLAIN_INLINE = frozenset(
         "wbr",
     ]
 )
-_HIDING_ROLES = frozenset(("navigation", "complementary", "search", "banner", "contentinfo"))
+# class/id words of a main-content candidate (html._main_content picks among them)
+CONTENT_HINT = re.compile(
+    r"(?:^|[\s_-])(content|main|article|post|entry|body|text|document|markdown|prose|story)(?:$|[\s_-])", re.I
+)
 _VOID = frozenset(
     ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"]
 )
@@ -90,9 +93,10 @@ def _plain(el: etree._Element) -> bool:
 
 
 def _marked(node: etree._Element) -> bool:
-    if node.get("hidden") is not None or node.get("aria-hidden") == "true":
+    """Hidden, a role (hiding, or ``main``), or a class/id that makes it a main-content candidate."""
+    if node.get("hidden") is not None or node.get("aria-hidden") == "true" or node.get("role") is not None:
         return True
-    if (node.get("role") or "").lower() in _HIDING_ROLES:
+    if CONTENT_HINT.search(f"{node.get('id') or ''} {node.get('class') or ''}"):
         return True
     style = (node.get("style") or "").replace(" ", "").lower()
     return "display:none" in style or "visibility:hidden" in style

@@ -28,6 +28,7 @@ from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
+from plugins.parsers._html_tree import CONTENT_HINT as _CONTENT_HINT
 from plugins.parsers._html_tree import build_tree, visible_texts
 from plugins.parsers.registry import ParseContext, register_parser
 
@@ -100,9 +101,6 @@ _BLOCK_TAGS = frozenset(
         "hgroup",
         "menu",
     ]
-)
-_CONTENT_HINT = re.compile(
-    r"(?:^|[\s_-])(content|main|article|post|entry|body|text|document|markdown|prose|story)(?:$|[\s_-])", re.I
 )
 _NOT_CONTENT_HINT = re.compile(
     r"(?:^|[\s_-])(comment|sidebar|footer|header|menu|nav|related|share|ad|ads)(?:$|[\s_-])", re.I
