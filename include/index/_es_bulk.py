@@ -23,16 +23,19 @@ from include.contract import Chunk
 from include.index.base import DocumentRecord, DocumentWrite
 
 __all__ = [
+    "STAMP_FIELDS",
     "BulkOp",
     "ItemOutcome",
     "WritePlan",
     "batch_ops",
     "build_chunk_source",
+    "chunk_stamp",
     "classify_item",
     "delete_op",
     "index_op",
     "plan_writes",
     "run_bulk",
+    "stored_stamp",
 ]
 
 # Statuses worth sending again: too many requests (es_rejected_execution_exception: a full
@@ -115,6 +118,23 @@ def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) ->
     }
     src.update({k: (str(v) if not isinstance(v, str) else v) for k, v in optional.items() if v is not None})
     return src
+
+
+# What decides that a stored chunk needs no rewrite: its text, and the per-document fields every
+# chunk repeats that the SQLite backend compares too. A Yuque slug rename or a TOC move changes
+# the URL (a title edit the title) without changing one chunk's text; skipping on the hash alone
+# would leave the old place in the index.
+STAMP_FIELDS = ("content_hash", "url", "title")
+
+
+def stored_stamp(src: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The stamp of a stored ``_source`` (fetch it with ``source_includes=STAMP_FIELDS``)."""
+    return tuple(src.get(name) for name in STAMP_FIELDS)
+
+
+def chunk_stamp(chunk: Chunk, doc: DocumentRecord) -> tuple[Any, ...]:
+    """The stamp ``build_chunk_source`` would store for ``chunk`` (absent fields read as None)."""
+    return (chunk.content_hash, doc.url, doc.title)
 
 
 def _flattenable(value: Any) -> Any:
@@ -221,13 +241,14 @@ def plan_writes(
     writes: Sequence[DocumentWrite],
     *,
     index: str,
-    existing_hashes: Mapping[str, str | None],
+    existing: Mapping[str, tuple[Any, ...]],
     existing_ids: Mapping[str, set[str]] | None = None,
     updated_at: str,
 ) -> WritePlan:
     """Decide, per document, which chunks to (re)write and which to delete.
 
-    ``existing_hashes`` maps chunk ids present in the target index to their content hash;
+    ``existing`` maps chunk ids present in the target index to their :func:`stored_stamp`; a
+    chunk is skipped only when its :func:`chunk_stamp` is the same (same text, URL and title);
     ``existing_ids`` maps doc ids to the chunk ids the index holds for them (a safety net beside
     the state store's ``stale_chunk_ids``: ids left behind by an earlier failed run go too).
     """
@@ -239,7 +260,7 @@ def plan_writes(
         keep: set[str] = set()
         for chunk in write.chunks:
             keep.add(chunk.chunk_id)
-            if chunk.chunk_id in existing_hashes and existing_hashes[chunk.chunk_id] == chunk.content_hash:
+            if existing.get(chunk.chunk_id) == chunk_stamp(chunk, doc):
                 plan.unchanged += 1
                 continue
             plan.index_ops.append(index_op(index, chunk, doc, updated_at=updated_at))

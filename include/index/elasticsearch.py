@@ -6,8 +6,9 @@ writes a new generation behind a second alias ``<alias>__rebuild`` (so every Air
 not just the process that began it, writes there) and swaps the main alias atomically when the
 run succeeds; readers never see a half-built index.
 
-Writes follow ``IndexBackend``: content hashes already stored are looked up first (``mget`` is
-real-time, so this holds even with ``refresh=false``) and unchanged chunks are skipped; new
+Writes follow ``IndexBackend``: content hashes, URLs and titles already stored are looked up
+first (``mget`` is real-time, so this holds even with ``refresh=false``) and chunks whose text
+and place are unchanged are skipped (a renamed or moved document is rewritten, as in SQLite); new
 chunks are bulk-indexed under deterministic ``_id`` (= chunk id) and stale ones deleted by id
 after them (see ``_es_bulk``). Rejections (429, ``es_rejected_execution_exception``) and 5xx
 answers are retried with backoff, per item and per request (tenacity); whatever still fails is
@@ -33,10 +34,12 @@ from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from include.config import IndexConfig
 from include.index._es_bulk import (
+    STAMP_FIELDS,
     BulkReport,
     plan_writes,
     run_bulk,
     source_to_record,
+    stored_stamp,
 )
 from include.index._es_client import client_from_options, request_retrying
 from include.index._es_mapping import (
@@ -219,12 +222,12 @@ class ElasticsearchIndex(IndexBackend):
 
     def _upsert_into(self, target: str, writes: list[DocumentWrite]) -> list[UpsertResult]:
         try:
-            hashes = self._existing_hashes(target, [c.chunk_id for w in writes for c in w.chunks])
+            stamps = self._existing_stamps(target, [c.chunk_id for w in writes for c in w.chunks])
             ids = self._existing_ids(target, [w.document.doc_id for w in writes])
         except Exception as exc:
             return [UpsertResult(w.document.doc_id, ok=False, error=f"elasticsearch: {exc}") for w in writes]
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        plan = plan_writes(writes, index=target, existing_hashes=hashes, existing_ids=ids, updated_at=now)
+        plan = plan_writes(writes, index=target, existing=stamps, existing_ids=ids, updated_at=now)
         report = BulkReport()
         bulk = {
             "max_count": self.bulk_max_count,
@@ -253,15 +256,16 @@ class ElasticsearchIndex(IndexBackend):
             )
         return results
 
-    def _existing_hashes(self, index: str, chunk_ids: list[str]) -> dict[str, str | None]:
-        found: dict[str, str | None] = {}
+    def _existing_stamps(self, index: str, chunk_ids: list[str]) -> dict[str, tuple[Any, ...]]:
+        """Stored chunk id -> :func:`stored_stamp` (text hash, URL, title), for the skip decision."""
+        found: dict[str, tuple[Any, ...]] = {}
         for i in range(0, len(chunk_ids), _MGET_SLICE):
             resp = self._call(
-                self._es.mget, index=index, ids=chunk_ids[i : i + _MGET_SLICE], source_includes=["content_hash"]
+                self._es.mget, index=index, ids=chunk_ids[i : i + _MGET_SLICE], source_includes=list(STAMP_FIELDS)
             )
             for d in resp.body["docs"]:
                 if d.get("found"):
-                    found[d["_id"]] = (d.get("_source") or {}).get("content_hash")
+                    found[d["_id"]] = stored_stamp(d.get("_source") or {})
         return found
 
     def _existing_ids(self, index: str, doc_ids: list[str]) -> dict[str, set[str]]:

@@ -76,6 +76,21 @@ def test_changed_chunk_is_rewritten_and_the_others_skipped(backend: IndexBackend
     assert [h.chunk_id for h in backend.search("replaced second chunk")] == [w2.chunks[1].chunk_id]
 
 
+def test_moved_or_retitled_document_rewrites_its_unchanged_chunks(backend: IndexBackend) -> None:
+    # a Yuque slug rename or TOC move changes the URL, a title edit the title, and no text
+    backend.upsert([make_write(SRC, "a.html", EN, title="Old title")])
+    moved = make_write(SRC, "a.html", EN, title="New title", run_id="run-2", version="v2")
+    moved.document.url = "http://127.0.0.1/renamed/a.html"
+    [res] = backend.upsert([moved])
+    assert (res.ok, res.written, res.unchanged, res.deleted) == (True, 3, 0, 0)
+    want = (moved.document.url, "New title", "run-2")
+    for chunk in moved.chunks:
+        got = backend.get_chunk(chunk.chunk_id)
+        assert got is not None and (got["url"], got["title"], got["run_id"]) == want
+    [hit] = backend.search("Elasticsearch SQLite contract")
+    assert (hit.url, hit.title) == (moved.document.url, "New title")
+
+
 def test_shrunk_document_loses_its_stale_chunks(backend: IndexBackend) -> None:
     w1 = make_write(SRC, "a.html", EN)
     backend.upsert([w1])

@@ -21,12 +21,14 @@ from include.index._es_bulk import (
     BulkOp,
     batch_ops,
     build_chunk_source,
+    chunk_stamp,
     classify_item,
     delete_op,
     index_op,
     plan_writes,
     run_bulk,
     source_to_record,
+    stored_stamp,
 )
 from include.index._es_client import _retryable
 from tests.index.helpers import make_write
@@ -140,9 +142,8 @@ def test_plan_skips_unchanged_chunks_and_orders_writes_before_deletes() -> None:
     old = make_write("web:demo", "a.html", ["one", "two", "three", "four"])
     new = make_write("web:demo", "a.html", ["one", "TWO!"], stale=[old.chunks[2].chunk_id])
     grown = make_write("web:demo", "b.html", ["b0"])
-    hashes = {c.chunk_id: c.content_hash for c in old.chunks}
     ids = {old.document.doc_id: {c.chunk_id for c in old.chunks}}  # chunk 3 is stale but unlisted
-    plan = plan_writes([new, grown], index="idx", existing_hashes=hashes, existing_ids=ids, updated_at=NOW)
+    plan = plan_writes([new, grown], index="idx", existing=_stored(old), existing_ids=ids, updated_at=NOW)
     a, b = plan.docs
     assert (a.doc_id, a.unchanged, [o.chunk_id for o in a.index_ops]) == (
         new.document.doc_id,
@@ -161,9 +162,7 @@ def test_plan_skips_unchanged_chunks_and_orders_writes_before_deletes() -> None:
 def test_plan_sends_deletes_in_the_first_bulk_when_a_document_has_nothing_to_write() -> None:
     old = make_write("web:demo", "a.html", ["one", "two"])
     shrunk = make_write("web:demo", "a.html", ["one"], stale=[old.chunks[1].chunk_id])
-    plan = plan_writes(
-        [shrunk], index="idx", existing_hashes={old.chunks[0].chunk_id: old.chunks[0].content_hash}, updated_at=NOW
-    )
+    plan = plan_writes([shrunk], index="idx", existing=_stored(old, only=1), updated_at=NOW)
     assert [(o.kind, o.chunk_id) for o in plan.first_wave()] == [("delete", old.chunks[1].chunk_id)]
     assert plan.second_wave(set()) == []
 
@@ -171,18 +170,42 @@ def test_plan_sends_deletes_in_the_first_bulk_when_a_document_has_nothing_to_wri
 def test_plan_never_deletes_a_chunk_it_keeps_and_rewrites_a_hash_mismatch() -> None:
     w = make_write("web:demo", "a.html", ["one", "two"], stale=[])
     w.stale_chunk_ids = [w.chunks[0].chunk_id]  # a confused caller
-    plan = plan_writes([w], index="idx", existing_hashes={w.chunks[0].chunk_id: "other-hash"}, updated_at=NOW)
+    stored = {w.chunks[0].chunk_id: ("other-hash", w.document.url, w.document.title)}
+    plan = plan_writes([w], index="idx", existing=stored, updated_at=NOW)
     [d] = plan.docs
     assert d.delete_ops == [] and [o.chunk_id for o in d.index_ops] == [c.chunk_id for c in w.chunks]
 
 
 def test_noop_reupsert_plans_nothing() -> None:
     w = make_write("web:demo", "a.html", ["one", "two"])
-    hashes = {c.chunk_id: c.content_hash for c in w.chunks}
-    plan = plan_writes(
-        [w], index="idx", existing_hashes=hashes, existing_ids={w.document.doc_id: set(hashes)}, updated_at=NOW
-    )
+    stored = _stored(w)
+    plan = plan_writes([w], index="idx", existing=stored, existing_ids={w.document.doc_id: set(stored)}, updated_at=NOW)
     assert plan.first_wave() == [] and plan.second_wave(set()) == [] and plan.docs[0].unchanged == 2
+
+
+@pytest.mark.parametrize("moved", ["url", "title"])
+def test_plan_rewrites_unchanged_text_whose_document_moved(moved: str) -> None:
+    # a Yuque slug rename or TOC move: same chunks, new URL (or title); SQLite rewrites them too
+    old = make_write("yuque:kb", "42/1001", ["one", "two"], title="Old title")
+    new = make_write("yuque:kb", "42/1001", ["one", "two"], title="Old title")
+    setattr(new.document, moved, "http://127.0.0.1/team/renamed/doc" if moved == "url" else "New title")
+    [d] = plan_writes([new], index="idx", existing=_stored(old), updated_at=NOW).docs
+    assert (d.unchanged, [o.chunk_id for o in d.index_ops]) == (0, [c.chunk_id for c in new.chunks])
+    assert {_lines(o)[1][moved] for o in d.index_ops} == {getattr(new.document, moved)}
+
+
+def test_stored_stamp_reads_what_build_chunk_source_stores() -> None:
+    w = make_write("web:demo", "a.html", ["one"], title="")
+    w.document.url = None
+    src = build_chunk_source(w.chunks[0], w.document, updated_at=NOW)
+    assert stored_stamp(src) == chunk_stamp(w.chunks[0], w.document) == (w.chunks[0].content_hash, None, "")
+
+
+def _stored(write: Any, only: int | None = None) -> dict[str, tuple[Any, ...]]:
+    """What ``_existing_stamps`` reads back for ``write`` once indexed (its first ``only`` chunks)."""
+    doc = write.document
+    sources = [build_chunk_source(c, doc, updated_at=NOW) for c in write.chunks[:only]]
+    return {src["chunk_id"]: stored_stamp(src) for src in sources}
 
 
 # --------------------------------------------------------------------------- responses
