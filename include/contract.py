@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -357,12 +357,31 @@ class ParseErrorCode(StrEnum):
 
 
 class ParseError(Exception):
-    """A document could not be parsed. Recorded for that document; never fails a batch."""
+    """A document could not be parsed. Recorded for that document; never fails a batch.
 
-    def __init__(self, code: ParseErrorCode | str, message: str) -> None:
+    ``details`` is what the parser found out on the way, as plain JSON (a fully scanned PDF:
+    ``{"needs_ocr": true, "ocr_pages": [...]}``); the run records its warning keys in the item's
+    lineage like a parsed document's metadata. It is copied through JSON here, so it crosses
+    the isolated parser's pipe and the stage manifests unchanged (a value JSON cannot hold
+    becomes its ``str``).
+    """
+
+    def __init__(self, code: ParseErrorCode | str, message: str, details: Mapping[str, Any] | None = None) -> None:
         self.code = ParseErrorCode(code)
         self.message = message
+        self.details: dict[str, Any] = json.loads(json.dumps(dict(details), default=str)) if details else {}
         super().__init__(f"{self.code.value}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles as cls(*self.args), and args holds the formatted text only
+        return (type(self), (self.code.value, self.message, self.details or None))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, "details": self.details}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ParseError:
+        return cls(d["code"], d["message"], d.get("details"))
 
 
 # --------------------------------------------------------------------------- chunks

@@ -206,7 +206,10 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
             counts["chunks_unchanged"] += entry["unchanged_chunks"]
             counts["chunks_deleted"] += entry["deleted_chunks"]
 
-    # 4. failures: the indexed version (if any) stays; the streak grows once per run.
+    # 4. failures: the indexed version (if any) stays; the streak grows once per run. An item with
+    # nothing to index (parse:empty: a JavaScript shell, a login page, a scan without text) was
+    # fetched and parsed fine: it is recorded as skipped, breaks the streak instead of growing it
+    # (so it is never quarantined as failing) and is looked at again next run.
     discovery_failures = [{"failures": plan.get("failed", [])}]
     for m in [*discovery_failures, *manifests]:
         for failure in m["failures"]:
@@ -220,15 +223,15 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
                 processing_hash=None,
                 chunk_ids=[],
             )
-            if st.last_failure_run != ctx.run_id:
+            action = "skipped" if failure["reason"] == "parse:empty" else "failed"
+            if action == "skipped":
+                st.failure_count = 0
+            elif st.last_failure_run != ctx.run_id:
                 st.failure_count += 1
-            st.last_failure_run = ctx.run_id
+                st.last_failure_run = ctx.run_id
             st.last_error, st.last_error_reason = failure["error"][:2000], failure["reason"]
             st.last_seen_run = ctx.run_id
             states.append(st)
-            # Nothing to index is not an error of ours: a JavaScript-only page or an empty file is
-            # recorded as skipped, with its reason (and still looked at again next run).
-            action = "skipped" if failure["reason"] == "parse:empty" else "failed"
             lineage.append(
                 RunItem(
                     item_key=key,
@@ -237,6 +240,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
                     reason=f"{failure['stage']}: {failure['reason']}",
                     version_before=st.version.to_dict() if st.version else None,
                     error=failure["error"][:2000],
+                    warnings=failure.get("warnings") or None,  # a fully scanned PDF's needs_ocr
                 )
             )
             counts[action] += 1

@@ -82,7 +82,10 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
             # Retrying only helps when the bytes may parse next time (a timeout, a corrupt download);
             # an encrypted or unsupported file fails the same way until it changes at the source.
             retryable = exc.code in (ParseErrorCode.TIMEOUT, ParseErrorCode.CORRUPT)
-            out["failures"].append(_failure(entry, "parse", f"parse:{exc.code.value}", exc.message, retryable))
+            failure = _failure(entry, "parse", f"parse:{exc.code.value}", exc.message, retryable)
+            if warnings := parser_warnings(exc.details):  # a fully scanned PDF's needs_ocr: to lineage
+                failure["warnings"] = warnings
+            out["failures"].append(failure)
             continue
         digest = doc.content_hash()
         entry = {

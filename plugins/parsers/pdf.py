@@ -7,8 +7,9 @@
   "Page 4 of 9") are removed;
 * the outline (bookmarks) marks headings, with levels; without one, clearly larger short
   lines become headings by size rank;
-* pages that are images with (almost) no text are listed in ``metadata["ocr_pages"]`` with
-  ``needs_ocr`` set, instead of emitting garbage; a document with no text at all is an error;
+* pages that are images with (almost) no text are listed in ``metadata["ocr_pages"]`` (the
+  first 200) with ``needs_ocr`` set, instead of emitting garbage; a document with no text at
+  all is ``ParseError(empty)``, carrying the same two keys in its ``details`` when it is a scan;
 * encrypted files open when the password is empty (or given as option ``pdf_password``),
   otherwise ``ParseError(encrypted)``.
 
@@ -221,6 +222,16 @@ def _extract(data: bytes, ctx: ParseContext, limits: Limits, deadline: Deadline)
     return _build(pages, page_heights, toc, ocr_pages, meta, limits, n)
 
 
+# page numbers listed in ``ocr_pages``: 200 of up to 4 digits stay a list within the 2,000
+# characters a lineage warning keeps (``include.lineage.parser_warnings``)
+_MAX_OCR_PAGES_LISTED = 200
+
+
+def _ocr_warning(ocr_pages: list[int]) -> dict[str, Any]:
+    """``needs_ocr`` and the image-only pages, the first :data:`_MAX_OCR_PAGES_LISTED` of them."""
+    return {"needs_ocr": True, "ocr_pages": ocr_pages[:_MAX_OCR_PAGES_LISTED]}
+
+
 def _build(
     pages: list[list[_Line]],
     page_heights: list[float],
@@ -266,13 +277,14 @@ def _build(
     if not builder.blocks:
         if ocr_pages:
             raise ParseError(
-                ParseErrorCode.EMPTY, f"pdf: scanned images without text on {len(ocr_pages)} page(s), needs OCR"
+                ParseErrorCode.EMPTY,
+                f"pdf: scanned images without text on {len(ocr_pages)} page(s), needs OCR",
+                _ocr_warning(ocr_pages),  # the run's lineage says so, as for a partly scanned one
             )
         raise ParseError(ParseErrorCode.EMPTY, "pdf: no text")
     meta: dict[str, Any] = {"pages": n_pages}
     if ocr_pages:
-        meta["needs_ocr"] = True
-        meta["ocr_pages"] = ocr_pages
+        meta.update(_ocr_warning(ocr_pages))
     for key in ("author", "subject", "keywords", "creator", "producer"):
         if info.get(key):
             meta[key] = info[key]

@@ -262,7 +262,7 @@ def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDoc
     result = json.loads(payload)
     if "ok" in result:
         return ParsedDocument.from_dict(result["ok"])
-    raise ParseError(result["error"][0], result["error"][1])
+    raise ParseError.from_dict(result["error"])  # its details (a scan's needs_ocr) included
 
 
 def memory_allowance(limits: Any, size: int) -> int:
@@ -316,11 +316,12 @@ def _child_main(
     import os
 
     _cap_address_space(allowance)
-    too_big = {"error": [overrun.value, f"{spec.name}: needs more than its memory limit of {allowance >> 20} MiB"]}
+    over = ParseError(overrun, f"{spec.name}: needs more than its memory limit of {allowance >> 20} MiB")
+    too_big = {"error": over.to_dict()}
     try:
         result: dict[str, Any] = {"ok": _run(spec, data, ctx).to_dict()}
     except ParseError as exc:
-        result = too_big if isinstance(exc.__cause__, MemoryError) else {"error": [exc.code.value, exc.message]}
+        result = too_big if isinstance(exc.__cause__, MemoryError) else {"error": exc.to_dict()}
     except MemoryError:  # converting a huge result
         result = too_big
     try:

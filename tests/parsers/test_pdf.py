@@ -93,11 +93,35 @@ def test_scanned_page_flagged_needs_ocr():
     assert doc.text == "A page with a real text layer on it."
 
 
-def test_fully_scanned_pdf_is_an_error_not_garbage():
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated-child", "in-process"])
+def test_fully_scanned_pdf_is_an_error_not_garbage(isolate: bool):
     with pytest.raises(ParseError) as err:
-        parse_bytes(build_pdf([[], []], image_pages={0, 1}), "scan.pdf")
+        parse_bytes(build_pdf([[], []], image_pages={0, 1}), "scan.pdf", isolate=isolate)
     assert err.value.code == ParseErrorCode.EMPTY
     assert "OCR" in err.value.message
+    # the warning a partly scanned PDF has in its metadata, carried by the error (and through
+    # the isolated child's pipe)
+    assert err.value.details == {"needs_ocr": True, "ocr_pages": [1, 2]}
+
+
+def test_scanned_pages_listed_are_capped():
+    with pytest.raises(ParseError) as err:
+        parse_bytes(build_pdf([[]] * 205, image_pages=set(range(205))), "scan.pdf")
+    assert "on 205 page(s)" in err.value.message
+    assert err.value.details["ocr_pages"] == list(range(1, 201))
+
+
+def test_parse_error_details_round_trip():
+    import pickle
+
+    plain = ParseError("empty", "pdf: no text")
+    assert plain.details == {} and ParseError.from_dict(plain.to_dict()).details == {}
+    err = ParseError(
+        ParseErrorCode.EMPTY, "scan", {"needs_ocr": True, "ocr_pages": (1, 2), "when": ParseErrorCode.EMPTY}
+    )
+    assert err.details == {"needs_ocr": True, "ocr_pages": [1, 2], "when": "empty"}  # plain JSON
+    for copy in (ParseError.from_dict(err.to_dict()), pickle.loads(pickle.dumps(err))):
+        assert (copy.code, copy.message, copy.details) == (err.code, err.message, err.details)
 
 
 def test_zero_page_pdf():
