@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from include.config import SourceConfig
 from include.engine import run_pipeline
 from include.stores import open_state_store
+from include.ui import create_app
 from tests.parsers.pdfgen import build_pdf
+from tests.support.server import serve_asgi
 
 _SHELL = '<html><head><script src="/app.js"></script></head><body><div id="root"></div></body></html>'
 
@@ -50,6 +53,12 @@ def test_fully_scanned_pdf_is_skipped_with_its_needs_ocr_warning(tributary_home:
     assert scan["warnings"] == {"needs_ocr": True, "ocr_pages": [1, 2, 3]}
     assert rows["app.html"]["action"] == "skipped" and rows["app.html"]["warnings"] is None
     assert rows["bad.pdf"]["action"] == "failed" and rows["bad.pdf"]["warnings"] is None
+
+    with serve_asgi(create_app(require_auth=False)) as url:  # the audit page, on 127.0.0.1
+        page = httpx.get(f"{url}/runs/{run.run_id}", params={"source": "files:skips"}, timeout=30)
+    assert page.status_code == 200 and "needs_ocr (1 item)" in page.text
+    row = page.text.split("scan.pdf</a>", 1)[1].split("</tr>", 1)[0]
+    assert "parse:empty" in row and "needs_ocr, ocr_pages=[1, 2, 3]" in row
 
 
 def test_nothing_to_index_is_never_quarantined(tributary_home: Path, folder: Path) -> None:
