@@ -16,6 +16,7 @@ from plugins.connectors.web.decoding import (
     UnsupportedEncoding,
     content_codings,
 )
+from plugins.connectors.web.urls import Scope, canonicalize
 
 
 def test_credential_scope_admits_the_sources_origins_only() -> None:
@@ -25,12 +26,38 @@ def test_credential_scope_admits_the_sources_origins_only() -> None:
     assert not host_scope.admits("https://docs.example.com:8443/a")  # another port, another service
     assert not host_scope.admits("https://evil.example.net/robots.txt")
     assert host_scope.admits("http://intra.example.com:8080/x")
-    assert host_scope.admits("https://intra.example.com/x")  # an upgrade keeps them
+    assert host_scope.admits("https://intra.example.com:8080/x")  # an upgrade keeps them
+    assert not host_scope.admits("https://intra.example.com/x")  # another port: not the crawl's
     assert not host_scope.admits("http://intra.example.com:9090/x")
+    assert CredentialScope(["http://wiki.example.com/"]).admits("https://wiki.example.com/x")
     domain_scope = CredentialScope(["https://docs.example.com/"], "domain")
     assert domain_scope.admits("https://wiki.example.com/")
     assert not domain_scope.admits("http://wiki.example.com/")
+    assert not domain_scope.admits("https://wiki.example.com:8443/")  # crawled, but no secrets
     assert not domain_scope.admits("https://example.org/")
+
+
+@pytest.mark.parametrize("mode", ["host", "domain"])
+def test_credentials_go_nowhere_the_crawl_scope_refuses(mode: str) -> None:
+    # One rule for both (issue 19): before, the crawl scope took http://docs.example.com/ for
+    # an https seed while the credential scope refused it.
+    seeds = ["https://docs.example.com/", "http://intra.example.net:8080/"]
+    crawl, credentials = Scope(seeds, mode), CredentialScope(seeds, mode)
+    urls = [
+        f"{scheme}://{host}{port}/p"
+        for scheme in ("http", "https")
+        for host in ("docs.example.com", "wiki.example.com", "intra.example.net", "wiki.example.net", "example.org")
+        for port in ("", ":8080", ":8443")
+    ]
+    for url in map(canonicalize, urls):
+        assert not credentials.admits(url) or crawl.in_scope(url), url
+    for scope in (crawl, credentials):
+        check = scope.in_scope if isinstance(scope, Scope) else scope.admits
+        assert check("https://docs.example.com/a")
+        assert not check("http://docs.example.com/a")  # a downgrade, for pages and secrets alike
+        assert check("https://intra.example.net:8080/a")  # an upgrade
+    assert crawl.refusal("http://docs.example.com/a") == "downgrade"
+    assert crawl.refusal("https://example.org/") == "out_of_scope"
 
 
 def _decode(body: bytes, header: str, limit: int = 1 << 20) -> bytes:

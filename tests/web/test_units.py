@@ -55,9 +55,13 @@ def test_scope_host_and_domain() -> None:
     assert host.in_scope("https://docs.example.co.uk/x")
     assert not host.in_scope("https://blog.example.co.uk/x")
     assert not host.in_scope("http://docs.example.co.uk:8080/x")
+    assert not host.in_scope("http://docs.example.co.uk/x")  # https seed: plain http is a downgrade
+    upgraded = Scope(["http://docs.example.co.uk/"])
+    assert upgraded.in_scope("https://docs.example.co.uk/x") and upgraded.in_scope("http://docs.example.co.uk/x")
     domain = Scope(["https://docs.example.co.uk/"], mode="domain")
     assert domain.in_scope("https://blog.example.co.uk/x")
     assert not domain.in_scope("https://other.co.uk/")
+    assert domain.refusal("http://blog.example.co.uk/x") == "downgrade"
     assert registrable_domain("a.b.github.io") == "b.github.io"  # a public suffix with private entries
     patterns = Scope(["https://e.com/"], include=[r"/docs/"], exclude=[r"\.pdf$"])
     assert patterns.allowed("https://e.com/docs/a.html")

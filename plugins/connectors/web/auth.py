@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from plugins.connectors.web.urls import registrable_domain
+from plugins.connectors.web.urls import Scope, canonicalize
 
 __all__ = ["CredentialScope", "Credentials"]
 
@@ -24,55 +24,42 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 class CredentialScope:
     """The origins (scheme, host, port; RFC 6454) a source's credentials may be sent to.
 
-    Admitted: the seeds' origins, and the hosts the crawl scope admits (``host``: the seeds'
-    hosts; ``domain``: their registrable domains) on the scheme's default port or a seed's
-    port. Plain http only where a seed itself is plain http: an https source never sends its
-    credentials in clear text, even to its own host (a downgrade is a different origin).
+    Admitted: what the crawl ``Scope`` admits (the one place the host, domain and scheme rules
+    live: an https source never sends its credentials in clear text, even to its own host,
+    while an upgrade of an http seed keeps them), narrowed to the scheme's default port or a
+    seed's port (in ``domain`` mode the crawl takes any port of the domain; another port is
+    another service, which gets the pages' links followed but not the source's secrets).
     """
 
     seeds: Iterable[str]
     mode: str = "host"
+    _scope: Scope = field(init=False)
     _ports: dict[str, set[int]] = field(init=False, default_factory=dict)
-    _plain: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
-        for seed in self.seeds:
-            origin = _origin(seed)
-            if origin is None:
-                continue
-            scheme, host, port = origin
-            key = self._key(host)
-            self._ports.setdefault(key, set()).add(port)
-            if scheme == "http":
-                self._plain.add(key)
-
-    def _key(self, host: str) -> str:
-        return registrable_domain(host) if self.mode == "domain" else host
+        seeds = [url for url in map(_canonical, self.seeds) if url is not None]
+        self._scope = Scope(seeds, self.mode)
+        for seed in seeds:
+            self._ports.setdefault(self._scope.key(seed), set()).add(_port(seed))
 
     def admits(self, url: str) -> bool:
-        origin = _origin(url)
-        if origin is None:
+        canonical = _canonical(url)
+        if canonical is None or not self._scope.in_scope(canonical):
             return False
-        scheme, host, port = origin
-        key = self._key(host)
-        ports = self._ports.get(key)
-        if ports is None:
-            return False
-        if scheme == "http" and key not in self._plain:
-            return False
-        return port == _DEFAULT_PORTS[scheme] or port in ports
+        port = _port(canonical)
+        return port == _DEFAULT_PORTS[urlsplit(canonical).scheme] or port in self._ports[self._scope.key(canonical)]
 
 
-def _origin(url: str) -> tuple[str, str, int] | None:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        return None
+def _canonical(url: str) -> str | None:
     try:
-        port = parts.port or _DEFAULT_PORTS[scheme]
-    except ValueError:
+        return canonicalize(url)
+    except ValueError:  # not http(s), no host, a port out of range
         return None
-    return scheme, parts.hostname.lower().rstrip("."), port
+
+
+def _port(canonical: str) -> int:
+    parts = urlsplit(canonical)
+    return parts.port or _DEFAULT_PORTS[parts.scheme]
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """The breadth-first crawl behind ``WebConnector.discover``.
 
-Composes the small parts: frontier (``urls``), ``robots``, ``politeness``, ``fetcher``,
-``sitemap``, ``links`` and the link ``cache``. Produces one Change per page:
+Composes the small parts: frontier (``urls``), robots.txt and sitemaps (``site_files``),
+``politeness``, ``fetcher``, ``links`` and the link ``cache``. Produces one Change per page:
 
 - 200 -> bytes staged, NEW / CHANGED (the engine hashes the extracted text to decide whether
   anything is re-indexed; raw bytes are never compared here),
@@ -27,9 +27,8 @@ from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
-from plugins.connectors.web.robots import RobotsCache, RobotsUnavailable
-from plugins.connectors.web.sitemap import parse_sitemap
-from plugins.connectors.web.urls import Scope, TrapGuard, file_name_for, resolve_link
+from plugins.connectors.web.site_files import SiteFiles
+from plugins.connectors.web.urls import Scope, TrapGuard, file_name_for
 
 __all__ = ["CrawlResult", "Crawler"]
 
@@ -103,9 +102,6 @@ _DOC_EXTENSIONS = {
 # Failures that say nothing about whether the page still exists: never a deletion, and the
 # page's links must come from the cache for the crawl to stay complete.
 _TRANSIENT = ("timeout", "connect", "network", "dns", "http_429", "http_5")
-_MAX_SITEMAPS = 50
-# A robots.txt redirect we will not follow: a permanent answer, not a struggling server.
-_REDIRECT_REFUSALS = frozenset({"bad_redirect", "too_many_redirects"})
 
 
 def _extension(url: str) -> str:
@@ -150,11 +146,12 @@ class Crawler:
             max_query_params=options.max_query_params,
             max_segment_repeats=options.max_segment_repeats,
         )
-        self.robots = RobotsCache(self._load_robots, options.robots_agent)
         self.accepted = {t.lower() for t in options.content_types}
         self.result = CrawlResult()
         self.counts: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.site = SiteFiles(options, fetcher, self.scope, self._account, self.counts, self.errors)
+        self.robots = self.site.robots
         # per-item records the engine turns into lineage: failed (retried, quarantined after N
         # runs) for transient errors, skipped for deliberate refusals
         self.failed: list[dict[str, Any]] = []
@@ -167,34 +164,15 @@ class Crawler:
         self._truncated = False
         self._unexpanded = 0
 
-    # ------------------------------------------------------------------ delays and robots
-
     def delay_for(self, host: str) -> float:
-        robots = self.robots.loaded()
-        for origin, entry in robots.items():
-            if urlsplit(origin).netloc == host and entry.crawl_delay is not None:
-                return max(self.o.delay_seconds, entry.crawl_delay)
-        return self.o.delay_seconds
-
-    async def _load_robots(self, url: str) -> tuple[int, bytes, str | None]:
-        # RFC 9309 lets robots.txt redirect anywhere (up to five hops); the address guard
-        # still checks every hop, and credentials go only to the hops their scope admits.
-        result = await self.fetcher.fetch(url, hop_allowed=lambda hop: None)
-        self._account(result)
-        if result.error in _REDIRECT_REFUSALS or (result.error == "blocked_address" and result.redirects):
-            self.errors[f"robots_{result.error}"] += 1
-            raise RobotsUnavailable(f"redirect not followed ({result.error}): {result.message}")
-        if result.error:
-            self.errors[f"robots_{result.error}" if result.error.startswith("http_") else result.error] += 1
-            return 0 if not result.error.startswith("http_") else result.status, b"", result.error
-        return result.status, result.body, None
+        return self.site.delay_for(host)
 
     # ------------------------------------------------------------------ frontier
 
     def _scope_refusal(self, url: str) -> str | None:
-        if not self.scope.in_scope(url):
-            return "redirect_out_of_scope"
-        return None
+        # "redirect_out_of_scope", or "redirect_downgrade": https seed, plain http target.
+        reason = self.scope.refusal(url)
+        return f"redirect_{reason}" if reason else None
 
     def _hop_refusal(self, url: str) -> str | None:
         """Redirect targets of pages must be in scope and allowed by the target host's
@@ -207,8 +185,9 @@ class Crawler:
         return refusal
 
     def _skip_reason(self, url: str, depth: int) -> str | None:
-        if not self.scope.in_scope(url):
-            return "skipped_scope"
+        scope_refusal = self.scope.refusal(url)
+        if scope_refusal:
+            return "skipped_downgrade" if scope_refusal == "downgrade" else "skipped_scope"
         if not self.scope.allowed(url):
             return "skipped_pattern"
         if _extension(url) in _SKIP_EXTENSIONS:
@@ -230,37 +209,8 @@ class Crawler:
         self._queue.put_nowait((url, depth))
 
     async def _seed_from_sitemaps(self) -> None:
-        origins = list(dict.fromkeys(f"{urlsplit(s).scheme}://{urlsplit(s).netloc}" for s in self.o.seeds))
-        # (url, base): sitemap URLs should be absolute, but relative ones are common enough.
-        pending: list[tuple[str, str]] = []
-        for origin in origins:
-            pending.append(("/sitemap.xml", origin + "/"))
-            if self.o.respect_robots:
-                robots = await self.robots.for_url(origin + "/")
-                pending.extend((s, origin + "/robots.txt") for s in robots.sitemaps)
-        done: set[str] = set()
-        while pending and len(done) < _MAX_SITEMAPS:
-            loc, base = pending.pop(0)
-            url = resolve_link(base, loc)
-            if url is None or url in done or not self.scope.in_scope(url):
-                continue
-            done.add(url)
-            result = await self.fetcher.fetch(url, hop_allowed=self._scope_refusal)
-            self._account(result)
-            if result.status != 200 or result.error:
-                continue
-            try:
-                pages, children = parse_sitemap(result.body, self.o.max_body_bytes)
-            except ValueError as exc:
-                self.counts["sitemap_invalid"] += 1
-                log.info("sitemap %s unusable: %s", url, exc)
-                continue
-            self.counts["sitemaps"] += 1
-            pending.extend((child.loc, url) for child in children)
-            for entry in pages:
-                link = resolve_link(url, entry.loc)
-                if link:
-                    self._enqueue(link, 0)
+        async for link in self.site.sitemap_pages(self._scope_refusal):
+            self._enqueue(link, 0)
 
     # ------------------------------------------------------------------ the crawl
 

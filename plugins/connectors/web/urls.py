@@ -143,14 +143,22 @@ def registrable_domain(host: str) -> str:
 @dataclass(slots=True)
 class Scope:
     """Which URLs belong to the source: same host (default) or same registrable domain of any
-    seed, then include / exclude regular expressions on the canonical URL."""
+    seed, then include / exclude regular expressions on the canonical URL.
+
+    The scheme counts too. An https seed makes only https in scope on its host (or domain): a
+    page or redirect that sends the crawl to ``http://`` on the same host is a downgrade, read
+    and possibly altered by anyone on the path, so it is refused (RFC 6454: another scheme is
+    another origin). An upgrade is always in scope: an http seed's host over https is the same
+    site made safer (the common ``http://`` -> ``https://`` redirect). ``CredentialScope``
+    builds on this rule, so the pages crawled and the requests given credentials cannot drift.
+    """
 
     seeds: list[str]
     mode: str = "host"
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
-    _hosts: set[str] = field(init=False, default_factory=set)
-    _domains: set[str] = field(init=False, default_factory=set)
+    # scope key (netloc or registrable domain) -> does a seed there use plain http?
+    _plain: dict[str, bool] = field(init=False, default_factory=dict)
     _include: list[re.Pattern[str]] = field(init=False, default_factory=list)
     _exclude: list[re.Pattern[str]] = field(init=False, default_factory=list)
 
@@ -159,17 +167,32 @@ class Scope:
             raise ValueError(f"scope must be 'host' or 'domain', not {self.mode!r}")
         for seed in self.seeds:
             parts = urlsplit(seed)
-            self._hosts.add(parts.netloc)
-            self._domains.add(registrable_domain(parts.hostname or ""))
+            key = self.key(seed)
+            self._plain[key] = self._plain.get(key, False) or parts.scheme.lower() == "http"
         self._include = [re.compile(p) for p in self.include]
         self._exclude = [re.compile(p) for p in self.exclude]
 
-    def in_scope(self, url: str) -> bool:
-        """Is ``url`` (canonical) on the source's hosts? Patterns are checked by ``allowed``."""
+    def key(self, url: str) -> str:
+        """What ``url`` (canonical) is matched on: ``host[:port]``, or the registrable domain."""
         parts = urlsplit(url)
         if self.mode == "host":
-            return parts.netloc in self._hosts
-        return registrable_domain(parts.hostname or "") in self._domains
+            return parts.netloc
+        return registrable_domain(parts.hostname or "")
+
+    def refusal(self, url: str) -> str | None:
+        """Why ``url`` (canonical) is not the source's: ``out_of_scope`` (another host or
+        domain), ``downgrade`` (plain http where the seeds are https), or None."""
+        plain = self._plain.get(self.key(url))
+        if plain is None:
+            return "out_of_scope"
+        if not plain and urlsplit(url).scheme != "https":
+            return "downgrade"
+        return None
+
+    def in_scope(self, url: str) -> bool:
+        """Is ``url`` (canonical) on the source's hosts, over an admitted scheme? Patterns are
+        checked by ``allowed``."""
+        return self.refusal(url) is None
 
     def allowed(self, url: str) -> bool:
         if self._include and not any(p.search(url) for p in self._include):
