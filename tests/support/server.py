@@ -21,10 +21,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_asgi(app: Any, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1 over a real socket; yields the base URL (no trailing slash)."""
+def serve_asgi(app: Any, port: int | None = None, host: str = "127.0.0.1", **tls: str) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 (or another loopback ``host``) over a real socket; yields the
+    base URL (no trailing slash). ``tls``: uvicorn's ``ssl_certfile`` / ``ssl_keyfile``, for https."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False, **tls)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"asgi-{port}", daemon=True)
     thread.start()
@@ -34,7 +35,7 @@ def serve_asgi(app: Any, port: int | None = None) -> Iterator[str]:
             raise RuntimeError(f"ASGI server on port {port} did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

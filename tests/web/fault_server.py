@@ -100,6 +100,7 @@ class FaultSite:
     slow_seconds: float = 3.0
     robots_redirect: str | None = None  # robots.txt answers 301 to this URL
     trickle_seconds: float = 0.5  # /trickle.html sends one byte per this many seconds
+    links: list[str] = field(default_factory=list)  # /links.html links to these (absolute) URLs
     hits: list[Hit] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -138,6 +139,11 @@ class FaultSite:
                 '<a href="/ok.html">ok</a> <a href="/private/page.html">private</a>'
                 '<a href="/img/logo.png">logo</a></body></html>'
             )
+
+        @app.get("/links.html")
+        async def links() -> HTMLResponse:
+            anchors = "".join(f'<a href="{url}">{url}</a> ' for url in site.links)
+            return HTMLResponse(f"<html><body><p>Links.</p>{anchors}</body></html>")
 
         @app.get("/ok.html")
         async def ok() -> HTMLResponse:

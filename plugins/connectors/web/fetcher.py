@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ class FetcherConfig:
     auth: tuple[str, str] | None = None
     # Origins that get headers / cookies / auth; None sends them nowhere.
     credential_scope: CredentialScope | None = None
+    # TLS verification: True checks against certifi's CAs; a context trusts another CA (an
+    # intranet's, or a test server's self-signed certificate). Never False in a source.
+    verify: ssl.SSLContext | bool = True
 
 
 @dataclass(slots=True)
@@ -165,6 +169,7 @@ class Fetcher:
             # cookies under its IP and hand them to any other host behind that address.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             timeout=httpx.Timeout(config.timeout_seconds),
+            verify=config.verify,
             follow_redirects=False,
             trust_env=False,  # proxies from the environment would bypass the address guard
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
