@@ -124,6 +124,16 @@ class FaultSite:
             site.hits.append(Hit(path, time.time(), {k.lower(): v for k, v in request.headers.items()}))
             return await call_next(request)
 
+        self._site_routes(app)
+        self._fault_routes(app)
+        self._trap_routes(app)
+        self._body_routes(app)
+        return app
+
+    def _site_routes(self, app: FastAPI) -> None:
+        """The site itself: robots.txt, pages that link on, a members-only page."""
+        site = self
+
         @app.get("/robots.txt")
         async def robots() -> Response:
             if site.robots_redirect:
@@ -153,6 +163,16 @@ class FaultSite:
         async def private() -> HTMLResponse:
             return HTMLResponse("<html><body><p>Private area.</p></body></html>")
 
+        @app.get("/login-only.html")
+        async def login_only(request: Request) -> Response:
+            if request.headers.get("x-token") != "s3cret-token" or request.cookies.get("sid") != "abc123":
+                return PlainTextResponse("forbidden", status_code=403)
+            return HTMLResponse("<html><body><p>Members only.</p></body></html>")
+
+    def _fault_routes(self, app: FastAPI) -> None:
+        """Servers in trouble: rate limits, 5xx, slowness, a body that trickles."""
+        site = self
+
         @app.get("/ratelimited.html")
         async def ratelimited() -> Response:
             if site._count("ratelimited") == 1:
@@ -173,6 +193,18 @@ class FaultSite:
         async def slow() -> HTMLResponse:
             await asyncio.sleep(site.slow_seconds)
             return HTMLResponse("<html><body><p>Too late.</p></body></html>")
+
+        @app.get("/trickle.html")
+        async def trickle() -> StreamingResponse:
+            async def drip() -> Any:
+                for _ in range(10_000):
+                    yield b"."
+                    await asyncio.sleep(site.trickle_seconds)
+
+            return StreamingResponse(drip(), media_type="text/html")
+
+    def _trap_routes(self, app: FastAPI) -> None:
+        """Infinite URL spaces and redirects (chains, into private networks, anywhere)."""
 
         @app.get("/calendar")
         async def calendar(month: int = 0) -> HTMLResponse:
@@ -202,6 +234,13 @@ class FaultSite:
         async def to_metadata() -> Response:
             return RedirectResponse("http://169.254.169.254/latest/meta-data/", status_code=301)
 
+        @app.get("/redirect")
+        async def redirect(to: str) -> Response:
+            return RedirectResponse(to, status_code=302)
+
+    def _body_routes(self, app: FastAPI) -> None:
+        """Bodies: legacy charsets, content-codings and bombs, sizes, documents."""
+
         @app.get("/gbk.html")
         async def gbk() -> Response:
             body = f'<html><head><title>GBK</title></head><body><p>{GBK_TEXT}</p><a href="/链接.html">链接</a></body></html>'
@@ -220,10 +259,6 @@ class FaultSite:
             )
             return Response(body, media_type="text/html", headers={"Content-Encoding": "gzip"})
 
-        @app.get("/redirect")
-        async def redirect(to: str) -> Response:
-            return RedirectResponse(to, status_code=302)
-
         @app.get("/bomb/{encoding}")
         async def bomb(encoding: str) -> Response:
             # RFC 9110 8.4: codings are listed in the order they were applied.
@@ -236,15 +271,6 @@ class FaultSite:
                 body = zlib.compress(inner, 9)
                 return Response(body, media_type="text/html", headers={"Content-Encoding": "gzip, deflate"})
             return Response(inner, media_type="text/html", headers={"Content-Encoding": "gzip"})
-
-        @app.get("/trickle.html")
-        async def trickle() -> StreamingResponse:
-            async def drip() -> Any:
-                for _ in range(10_000):
-                    yield b"."
-                    await asyncio.sleep(site.trickle_seconds)
-
-            return StreamingResponse(drip(), media_type="text/html")
 
         @app.get("/big.html")
         async def big() -> Response:
@@ -272,11 +298,3 @@ class FaultSite:
         @app.get("/files/setup-download")
         async def binary() -> Response:
             return Response(b"\x00" * 1000, media_type="application/x-msdownload")
-
-        @app.get("/login-only.html")
-        async def login_only(request: Request) -> Response:
-            if request.headers.get("x-token") != "s3cret-token" or request.cookies.get("sid") != "abc123":
-                return PlainTextResponse("forbidden", status_code=403)
-            return HTMLResponse("<html><body><p>Members only.</p></body></html>")
-
-        return app
