@@ -66,9 +66,9 @@ class FetchResult:
     """Outcome of fetching one URL (after redirects and retries).
 
     ``error`` names the failure kind (``timeout``, ``connect``, ``http_503``, ``too_large``,
-    ``blocked_address``, ``redirect_out_of_scope``, ``too_many_redirects`` ...) when no usable
-    response was obtained; ``skipped`` is set when the response was refused on purpose
-    (``type``: unwanted content type, body not downloaded).
+    ``blocked_address``, ``redirect_out_of_scope``, ``redirect_downgrade`` (https to http),
+    ``too_many_redirects`` ...) when no usable response was obtained; ``skipped`` is set when
+    the response was refused on purpose (``type``: unwanted content type, body not downloaded).
     """
 
     requested: str
