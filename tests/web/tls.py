@@ -70,8 +70,8 @@ def loopback_with_default_ports(attempts: int = 20) -> str:
                 with socket.socket() as s:
                     s.bind((address, port))
         except PermissionError:
-            raise
+            raise  # no privilege: every address would fail the same way (the caller skips)
         except OSError:
-            continue
+            continue  # in use on this address: try another
         return address
     raise OSError("no loopback address with ports 80 and 443 free")
