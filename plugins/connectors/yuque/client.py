@@ -5,10 +5,16 @@ takes one unit from the token's shared hourly :class:`RequestBudget`, and maps e
 ``{"status", "message"}`` to the typed errors of :mod:`.errors`. 401/403/404/422 are final; 429,
 5xx and transport failures are retried with exponential backoff and jitter, and a 429's
 ``Retry-After`` is honoured (capped, so a hostile value cannot park a worker for hours).
+
+Every body is read as a stream and counted after its content-coding (``max_response_bytes``,
+64 MiB by default; an error answer only needs its message, so it is cut at 64 KiB): a server
+cannot make a worker hold more than the limit, and a body over it is the final
+:class:`.errors.YuqueResponseTooLarge`, naming the endpoint and the limit.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -18,22 +24,37 @@ from typing import Any
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
+from plugins.connectors.web.decoding import (
+    BodyTooLarge,
+    CappedDecoder,
+    UndecodableBody,
+    UnsupportedEncoding,
+    content_codings,
+)
 from plugins.connectors.yuque.budget import RequestBudget
 from plugins.connectors.yuque.errors import (
     YuqueBudgetExhausted,
     YuqueError,
     YuqueRateLimitError,
     YuqueRedirectError,
+    YuqueResponseTooLarge,
     YuqueTransportError,
     error_for_response,
 )
 
-__all__ = ["DEFAULT_USER_AGENT", "DocListing", "YuqueClient", "api_base_url"]
+__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "DEFAULT_USER_AGENT", "DocListing", "YuqueClient", "api_base_url"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_USER_AGENT = "Tributary-Yuque-Sync/0.1 (+https://github.com/tributary)"
 PAGE_LIMIT = 100  # Yuque's hard cap since late 2023; above it the API answers 422
+# The largest JSON answer read: a doc detail carries its whole body (a lakesheet's compressed
+# wrapper and its body_sheet besides), so this matches the default ``max_sheet_bytes``.
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+# An error answer is {"status", "message"}: what is past this is never read.
+_ERROR_BODY_BYTES = 64 * 1024
+# The codings CappedDecoder inflates in bounded steps; asking for no others means no others come.
+_ACCEPT_ENCODING = "gzip, deflate"
 
 
 def api_base_url(host: str) -> str:
@@ -56,9 +77,40 @@ class DocListing:
     reason: str | None = None
 
 
+def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The body of a streamed ``response`` after its content-coding; raises ``BodyTooLarge`` as
+    soon as more than ``limit`` bytes arrived (or a Content-Length already says so)."""
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+        raise BodyTooLarge(f"Content-Length {declared} over the {limit}-byte limit")
+    decoder = CappedDecoder(content_codings(response.headers.get("content-encoding")), limit)
+    # Raw bytes: httpx would inflate a whole network chunk before we could count it.
+    for chunk in response.iter_raw():
+        decoder.feed(chunk)
+    return decoder.body()
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:  # also UnicodeDecodeError
+        return None
+
+
 def _retryable(exc: BaseException) -> bool:
     # an exhausted budget refills on the hour: waiting inside a task would only hold a worker
     return isinstance(exc, YuqueError) and exc.retryable and not isinstance(exc, YuqueBudgetExhausted)
+
+
+def _refuse_redirect(response: httpx.Response) -> None:
+    if response.is_redirect or 300 <= response.status_code < 400:
+        location = response.headers.get("location")
+        raise YuqueRedirectError(
+            f"Yuque answered {response.status_code} redirecting to {location or '(no Location)'}; "
+            "not followed (the token stays on its configured host): fix the Connection host",
+            status=response.status_code,
+            location=location,
+        )
 
 
 class YuqueClient:
@@ -73,6 +125,7 @@ class YuqueClient:
         backoff_initial: float = 0.5,
         backoff_max: float = 8.0,
         max_retry_after: float = 60.0,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         budget: RequestBudget | None = None,
         bind_account: bool = False,
         sleep: Callable[[float], None] = time.sleep,
@@ -85,6 +138,9 @@ class YuqueClient:
         self._bind_pending = bind_account and budget is not None
         self._max_attempts = max_attempts
         self._max_retry_after = max_retry_after
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
+        self.max_response_bytes = max_response_bytes
         self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max, jitter=backoff_initial)
         self._sleep = sleep
         self._http = httpx.Client(
@@ -93,6 +149,7 @@ class YuqueClient:
                 "X-Auth-Token": token,
                 "User-Agent": user_agent or DEFAULT_USER_AGENT,
                 "Accept": "application/json",
+                "Accept-Encoding": _ACCEPT_ENCODING,
             },
             timeout=timeout,
             follow_redirects=False,
@@ -125,28 +182,37 @@ class YuqueClient:
         if self.budget is not None and counted:
             self.budget.acquire()
         try:
-            response = self._http.get(path, params=params)
+            with self._http.stream("GET", path, params=params) as response:
+                _refuse_redirect(response)
+                raw = self._read(response, path)
         except httpx.HTTPError as exc:
             raise YuqueTransportError(f"Yuque request failed: {type(exc).__name__}") from exc
-        if response.is_redirect or 300 <= response.status_code < 400:
-            location = response.headers.get("location")
-            raise YuqueRedirectError(
-                f"Yuque answered {response.status_code} redirecting to {location or '(no Location)'}; "
-                "not followed (the token stays on its configured host): fix the Connection host",
-                status=response.status_code,
-                location=location,
-            )
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
+        body = _json_or_none(raw)
         if response.status_code >= 400:
-            raise error_for_response(
-                response.status_code, body if body is not None else response.text, response.headers
-            )
+            text = raw.decode("utf-8", "replace")
+            raise error_for_response(response.status_code, body if body is not None else text, response.headers)
         if not isinstance(body, dict) or "data" not in body:
             raise YuqueTransportError(f"Yuque answered {response.status_code} without a JSON 'data' envelope")
         return body
+
+    def _read(self, response: httpx.Response, path: str) -> bytes:
+        """The body, at most ``max_response_bytes`` (an error's at most 64 KiB, the rest dropped:
+        its status alone types the error)."""
+        failed = response.status_code >= 400
+        limit = min(self.max_response_bytes, _ERROR_BODY_BYTES) if failed else self.max_response_bytes
+        try:
+            return _read_capped(response, limit)
+        except BodyTooLarge as exc:
+            if failed:
+                return b""
+            raise YuqueResponseTooLarge(
+                f"Yuque {path} answered a body over the {limit}-byte limit (max_response_bytes); not read further",
+                endpoint=path,
+                limit=limit,
+                status=response.status_code,
+            ) from exc
+        except (UndecodableBody, UnsupportedEncoding) as exc:
+            raise YuqueTransportError(f"Yuque {path}: {exc}", status=response.status_code) from exc
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to /api/v2) and return the JSON envelope ``{"data", "meta"?}``."""
@@ -232,8 +298,6 @@ class YuqueClient:
 
     def iter_table_records(self, repo: str | int, doc: str | int, first: dict[str, Any]) -> Iterator[Any]:
         """Rows of a data table: the detail already holds page 1 of ``body_table``; page the rest."""
-        import json
-
         page_data = first
         # keep the server's page size: a different size would misalign pages 2..n with page 1
         size = first.get("pageSize") if isinstance(first.get("pageSize"), int) else 100

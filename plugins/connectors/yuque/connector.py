@@ -44,7 +44,12 @@ from plugins.connectors.base import (
     register_connector,
 )
 from plugins.connectors.yuque.client import YuqueClient
-from plugins.connectors.yuque.errors import YuqueBudgetExhausted, YuqueError, YuqueNotFoundError
+from plugins.connectors.yuque.errors import (
+    YuqueBudgetExhausted,
+    YuqueError,
+    YuqueNotFoundError,
+    YuqueResponseTooLarge,
+)
 from plugins.connectors.yuque.formats import UnsupportedFormat, render_doc
 from plugins.connectors.yuque.headings import with_heading_path
 from plugins.connectors.yuque.lakesheet import DEFAULT_MAX_SHEET_BYTES, LakesheetError
@@ -317,6 +322,8 @@ class YuqueConnector(Connector):
             raise FetchError(str(exc), reason="rate_budget", retryable=True) from None
         except YuqueNotFoundError as exc:
             raise FetchError(exc.message, reason="not_found", retryable=False) from None
+        except YuqueResponseTooLarge as exc:
+            raise FetchError(exc.message, reason="too_large", retryable=False) from None
         except YuqueError as exc:
             reason = f"http_{exc.status}" if exc.status else type(exc).__name__
             raise FetchError(exc.message, reason=reason, retryable=exc.retryable) from None

@@ -17,6 +17,7 @@ __all__ = [
     "YuquePermissionError",
     "YuqueRateLimitError",
     "YuqueRedirectError",
+    "YuqueResponseTooLarge",
     "YuqueServerError",
     "YuqueTransportError",
     "YuqueValidationError",
@@ -56,6 +57,16 @@ class YuqueRedirectError(YuqueError):
     def __init__(self, message: str, *, status: int | None = None, body: Any = None, location: str | None = None):
         super().__init__(message, status=status, body=body)
         self.location = location
+
+
+class YuqueResponseTooLarge(YuqueError):
+    """A response body (after its content-coding) passed the client's byte limit. Cut while
+    streaming, so it never sits in memory; final: the same request would get the same body."""
+
+    def __init__(self, message: str, *, endpoint: str, limit: int, status: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.endpoint = endpoint
+        self.limit = limit
 
 
 class YuqueValidationError(YuqueError):

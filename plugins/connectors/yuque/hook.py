@@ -9,7 +9,8 @@ Connection fields:
 - ``extra`` (all optional): ``user_agent``, ``hourly_budget`` (default 4500, per Yuque account:
   every Connection whose token belongs to the same account shares it), ``max_per_second``
   (default 8: requests of all workers of the account together are spaced at most this dense),
-  ``timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``, ``max_retry_after``.
+  ``timeout``, ``max_attempts``, ``backoff_initial``, ``backoff_max``, ``max_retry_after``,
+  ``max_response_bytes`` (largest response body read, after its content-coding; default 64 MiB).
 
 The Connection is read when the client is first needed, not at import or construction, so DAG
 parsing never touches the secrets backend.
@@ -70,8 +71,9 @@ class YuqueHook(BaseHook):
             if not token:
                 raise ValueError(f"connection {self.yuque_conn_id!r} has no token (put it in the password field)")
             kwargs: dict[str, Any] = {k: float(extra[k]) for k in _FLOAT_EXTRAS if extra.get(k) is not None}
-            if extra.get("max_attempts") is not None:
-                kwargs["max_attempts"] = int(extra["max_attempts"])
+            for name in ("max_attempts", "max_response_bytes"):
+                if extra.get(name) is not None:
+                    kwargs[name] = int(extra[name])
             budget = RequestBudget(
                 token,
                 limit=int(extra.get("hourly_budget") or 4500),
