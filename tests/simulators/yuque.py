@@ -38,6 +38,14 @@ is uncertain the simulator is configurable, and says so):
 Lakesheet bodies are produced by compressing a sheet model the test supplies
 (:func:`encode_lakesheet`), so a test can check every rebuilt cell against what it put in.
 
+Hostile answers: ``oversize_body`` = N pads every successful answer (error answers too with
+``oversize_errors``; only those whose path ``oversize_only`` accepts, if set) past N bytes,
+padding first, streamed without a Content-Length (``oversize_gzip`` sends it gzip-compressed,
+a few KiB on the wire), to test the client's cap.
+
+Layout: the body builders live in :mod:`._yuque_bodies`, the space (model, edits, JSON) in
+:mod:`._yuque_space`, the HTTP routes here; every public name is importable from this module.
+
 Run standalone with a small demo space: ``python -m tests.simulators.yuque --port 8765``.
 """
 
@@ -45,371 +53,44 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from tests.support.leakscan import register_secret
+from tests.simulators._yuque_bodies import body_sheet_of, encode_lakesheet, oversized_json
+from tests.simulators._yuque_space import SimDoc, SimRepo, YuqueSpace
 
 __all__ = ["SimDoc", "SimRepo", "YuqueSimulator", "body_sheet_of", "encode_lakesheet"]
 
-_EPOCH = datetime(2026, 1, 5, 8, 0, 0, tzinfo=UTC)
 
-
-def _iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def encode_lakesheet(sheets: Any, **wrapper_extra: Any) -> str:
-    """The ``body`` string of a lakesheet doc holding ``sheets`` (the wrapper real docs carry)."""
-    packed = zlib.compress(json.dumps(sheets, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-    wrapper = {
-        "format": "lakesheet",
-        "version": "3.5.5",
-        "larkJson": True,
-        "sheet": packed.decode("latin-1"),
-        "calcChain": [],
-        "vessels": {},
-        "useUTC": True,
-        "useIndex": True,
-        "customColors": [],
-        "meta": {"sort": 0, "shareFilter": 0},
-        "formulaCalclated": True,
-        "versionId": "SimVersion0001",
-        **wrapper_extra,
-    }
-    return json.dumps(wrapper, ensure_ascii=False)
-
-
-def _plain(v: Any) -> str:
-    if isinstance(v, dict):
-        if v.get("class") == "formula":
-            return "" if v.get("value") is None else str(v.get("value"))
-        return str(v.get("text") or v.get("name") or v.get("value") or "")
-    return "" if v is None else str(v)
-
-
-def body_sheet_of(sheets: list[dict[str, Any]]) -> str:
-    """The simplified, uncompressed ``body_sheet`` Yuque sends beside the wrapper (strings only)."""
-    out = []
-    for sheet in sheets:
-        data = sheet.get("data") or {}
-        cells = {(int(r), int(c)): _plain(cell.get("v")) for r, row in data.items() for c, cell in row.items() if cell}
-        rows = max((r for r, _ in cells), default=-1) + 1
-        cols = max((c for _, c in cells), default=-1) + 1
-        table = [[cells.get((r, c), "") for c in range(cols)] for r in range(rows)]
-        out.append(
-            {"name": sheet.get("name"), "index": sheet.get("index", 0), "rowCount": 200, "colCount": 26, "table": table}
-        )
-    return json.dumps({"version": "1.0", "data": out}, ensure_ascii=False)
-
-
-@dataclass
-class SimDoc:
-    id: int
-    slug: str
-    title: str
-    format: str = "markdown"  # markdown | lake | html | lakesheet | laketable | anything (unsupported)
-    body: str = ""  # Markdown / HTML source
-    sheets: list[dict[str, Any]] | None = None  # lakesheet model (compressed into body)
-    sheet_in: str = "body"  # body | draft | none (only body_sheet)
-    raw_body: str | None = None  # verbatim body (e.g. a zlib bomb wrapper)
-    columns: list[dict[str, Any]] = field(default_factory=list)  # laketable schema
-    records: list[list[Any]] = field(default_factory=list)  # laketable rows (values)
-    toc_path: list[str] | None = None  # TITLE nodes above it in the TOC; None = not in the TOC
-    list_override: dict[str, Any] | None = None  # merged into its list record (schema drift)
-    created_at: str = ""
-    updated_at: str = ""
-    content_updated_at: str = ""
-    deleted_at: str | None = None
-    status: int = 1  # 0 = draft (never published): its text is in body_draft only
-    columns_in: str = "body"  # laketable schema in: body | meta (body_table.meta.columns) | both
-
-    @property
-    def type(self) -> str:
-        return {"lakesheet": "Sheet", "laketable": "Table", "html": "HtmlDoc"}.get(self.format, "Doc")
-
-
-@dataclass
-class SimRepo:
-    id: int
-    slug: str
-    name: str
-    owner: str
-    type: str = "Book"
-    docs: dict[int, SimDoc] = field(default_factory=dict)
-    updated_at: str = ""
-
-    @property
-    def namespace(self) -> str:
-        return f"{self.owner}/{self.slug}"
-
-
-class _TokenTable(dict[str, str]):
-    """token -> login; every token put in (``add_account`` or a test writing the table directly)
-    is registered for the session-end log scan."""
-
-    def __setitem__(self, token: str, login: str) -> None:
-        register_secret("yuque token", token)
-        super().__setitem__(token, login)
-
-
-class YuqueSimulator:
+class YuqueSimulator(YuqueSpace):
     """The simulated space plus the FastAPI app serving it; mutate it between requests."""
 
     def __init__(self) -> None:
-        self.accounts: dict[str, dict[str, Any]] = {}  # login -> {"id", "type", "name", "members"}
-        self.tokens: dict[str, str] = _TokenTable()  # token -> login
-        self.repos: dict[int, SimRepo] = {}
+        super().__init__()
         self.require_user_agent = True
-        self.list_includes_format = False  # the 2.0.1 list schema has no 'format'
         self.hourly_limit = 5000
         self.burst_429 = 0  # the next N API requests answer 429
         self.burst_500 = 0
         self.retry_after: str | None = "0"
         self.invisible_status = 404  # what a repo the token cannot see answers (real: 404)
-        self.toc_move_touches_doc = True  # a TOC move bumps the doc's updated_at (unverified)
-        self.sheet_autosave_moves = "both"  # content | updated | both | none (unverified)
         self.changed_at_field = "updated_at"
         self.per_second_limit: int | None = None
         self.redirect_to: str | None = None
+        self.oversize_body: int | None = None  # pad every 200 answer past this many bytes
+        self.oversize_gzip = False  # ... and send that padding gzip-compressed
+        self.oversize_errors = False  # ... error answers too (their message after the padding)
+        self.oversize_only: Callable[[str], bool] | None = None  # which paths (all when None)
         self._recent: dict[str, list[float]] = {}
-        self.counters: Counter[str] = Counter()
-        self.requests: list[dict[str, Any]] = []
         # called after each answered request with its path: lets a test edit the space mid-walk
         self.on_request: Callable[[str], None] | None = None
         self._hour_counts: Counter[str] = Counter()
-        self._clock = _EPOCH
-        self._ids = 1000
-        self._lock = threading.Lock()
         self.app = self._build_app()
-
-    # ------------------------------------------------------------------ space building
-
-    def tick(self) -> str:
-        """Now, by the wall clock (the connector stamps its listings with it, as it would with
-        Yuque's), and always later than the last tick, so every edit has its own time."""
-        self._clock = max(datetime.now(UTC), self._clock + timedelta(milliseconds=1))
-        return _iso(self._clock)
-
-    def settle(self, limit: float = 5.0) -> None:
-        """Wait (at most ``limit`` s) until the wall clock has passed the last tick: edits made in
-        a quick loop run ahead of it by a millisecond each."""
-        deadline = time.monotonic() + limit
-        while datetime.now(UTC) <= self._clock and time.monotonic() < deadline:
-            time.sleep(0.005)
-
-    def _next_id(self) -> int:
-        self._ids += 1
-        return self._ids
-
-    def add_account(self, login: str, *, group: bool = False, token: str | None = None, members: tuple = ()) -> None:
-        self.accounts[login] = {
-            "id": self._next_id(),
-            "type": "Group" if group else "User",
-            "name": login.title(),
-            "members": set(members),
-        }
-        if token:
-            self.tokens[token] = login
-
-    def add_repo(self, owner: str, slug: str, name: str | None = None, *, type: str = "Book") -> SimRepo:
-        repo = SimRepo(self._next_id(), slug, name or slug, owner, type=type, updated_at=self.tick())
-        self.repos[repo.id] = repo
-        return repo
-
-    def add_doc(self, repo: SimRepo, title: str, *, slug: str | None = None, **kw: Any) -> SimDoc:
-        now = self.tick()
-        doc_id = self._next_id()
-        doc = SimDoc(
-            doc_id, slug or f"doc-{doc_id}", title, created_at=now, updated_at=now, content_updated_at=now, **kw
-        )
-        repo.docs[doc.id] = doc
-        return doc
-
-    def edit_doc(self, doc: SimDoc, **changes: Any) -> None:
-        for key, value in changes.items():
-            setattr(doc, key, value)
-        doc.updated_at = doc.content_updated_at = self.tick()
-
-    def edit_meta(self, doc: SimDoc, **changes: Any) -> None:
-        """A metadata-only edit (slug, title in some clients): ``updated_at`` moves alone."""
-        for key, value in changes.items():
-            setattr(doc, key, value)
-        doc.updated_at = self.tick()
-
-    def move_doc(self, doc: SimDoc, toc_path: list[str] | None) -> None:
-        """Move the doc in its repo's TOC (content untouched)."""
-        doc.toc_path = toc_path
-        if self.toc_move_touches_doc:
-            doc.updated_at = self.tick()
-
-    def autosave_sheet(self, doc: SimDoc, sheets: list[dict[str, Any]]) -> None:
-        """A sheet's autosave: which timestamp it moves is ``sheet_autosave_moves``."""
-        doc.sheets = sheets
-        now = self.tick()
-        if self.sheet_autosave_moves in ("content", "both"):
-            doc.content_updated_at = now
-        if self.sheet_autosave_moves in ("updated", "both"):
-            doc.updated_at = now
-
-    def rename_repo(self, repo: SimRepo, slug: str, name: str | None = None) -> None:
-        """A routine rename: namespace changes, ids stay; the docs' own timestamps do not move."""
-        repo.slug = slug
-        repo.name = name or repo.name
-        repo.updated_at = self.tick()
-
-    def delete_doc(self, doc: SimDoc) -> None:
-        doc.deleted_at = self.tick()
-
-    def reset_counters(self) -> None:
-        with self._lock:
-            self.counters.clear()
-            self.requests.clear()
-
-    # ------------------------------------------------------------------ serialisation
-
-    def _user_json(self, login: str) -> dict[str, Any]:
-        acc = self.accounts[login]
-        return {
-            "id": acc["id"],
-            "type": acc["type"],
-            "login": login,
-            "name": acc["name"],
-            "avatar_url": "",
-            "books_count": sum(1 for r in self.repos.values() if r.owner == login),
-            "public_books_count": 0,
-            "followers_count": 0,
-            "following_count": 0,
-            "public": 0,
-            "description": "",
-            "created_at": _iso(_EPOCH),
-            "updated_at": _iso(_EPOCH),
-        }
-
-    def _repo_json(self, repo: SimRepo) -> dict[str, Any]:
-        live = [d for d in repo.docs.values() if d.deleted_at is None]
-        return {
-            "id": repo.id,
-            "type": repo.type,
-            "slug": repo.slug,
-            "name": repo.name,
-            "user_id": self.accounts[repo.owner]["id"],
-            "description": "",
-            "creator_id": self.accounts[repo.owner]["id"],
-            "public": 0,
-            "items_count": len(live),
-            "likes_count": 0,
-            "watches_count": 0,
-            "content_updated_at": max((d.content_updated_at for d in live), default=repo.updated_at),
-            "created_at": repo.updated_at,
-            "updated_at": repo.updated_at,
-            "user": self._user_json(repo.owner),
-            "namespace": repo.namespace,
-        }
-
-    def _doc_json(self, repo: SimRepo, doc: SimDoc, *, listing: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": doc.id,
-            "type": doc.type,
-            "slug": doc.slug,
-            "title": doc.title,
-            "description": "",
-            "cover": None,
-            "user_id": self.accounts[repo.owner]["id"],
-            "book_id": repo.id,
-            "last_editor_id": self.accounts[repo.owner]["id"],
-            "public": 0,
-            "status": doc.status,
-            "likes_count": 0,
-            "read_count": 0,
-            "comments_count": 0,
-            "word_count": len(doc.body),
-            "created_at": doc.created_at,
-            "updated_at": doc.updated_at,
-            "content_updated_at": doc.content_updated_at,
-            "published_at": doc.content_updated_at,
-            "first_published_at": doc.created_at,
-        }
-        if listing:
-            if doc.deleted_at is not None:
-                out["deleted_at"] = doc.deleted_at
-                out["deleted_slug"] = f"{doc.slug}-deleted"
-            if self.list_includes_format:
-                out["format"] = doc.format
-            if doc.list_override:
-                out.update(doc.list_override)
-        return out
-
-    def _detail_json(self, repo: SimRepo, doc: SimDoc, page: int, page_size: int) -> dict[str, Any]:
-        out = self._doc_json(repo, doc, listing=False)
-        out.update(format=doc.format, body="", body_draft="", body_html="", body_lake="")
-        out["creator"] = self._user_json(repo.owner)
-        if doc.format in ("markdown", "lake") and doc.status == 0:
-            out["body_draft"] = doc.body  # never published: nothing in body / body_html
-        elif doc.format in ("markdown", "lake"):
-            out["body"] = doc.body
-            out["body_html"] = f"<p>{doc.body}</p>"
-            out["body_lake"] = f'<!doctype lake><p data-lake-id="x">{doc.body}</p>'
-        elif doc.format == "html":
-            out["body"] = out["body_html"] = doc.body
-        elif doc.format == "lakesheet":
-            wrapper = doc.raw_body if doc.raw_body is not None else encode_lakesheet(doc.sheets or [])
-            if doc.sheet_in == "body":
-                out["body"] = wrapper
-            elif doc.sheet_in == "draft":
-                out["body_draft"] = wrapper
-            out["body_sheet"] = body_sheet_of(doc.sheets or [])
-        elif doc.format == "laketable":
-            schema = doc.columns if doc.columns_in in ("body", "both") else []
-            out["body"] = json.dumps(
-                {"format": "laketable", "type": "Table", "version": "1.0", "sheet": [{"columns": schema}]},
-                ensure_ascii=False,
-            )
-            start = (page - 1) * page_size
-            records = [
-                {"values": [{"value": v} for v in row], "createdAt": doc.created_at, "updatedAt": doc.updated_at}
-                for row in doc.records[start : start + page_size]
-            ]
-            table: dict[str, Any] = {"totalCount": len(doc.records), "records": records, "pageSize": page_size}
-            table["page"] = page
-            if doc.columns_in in ("meta", "both"):
-                table["meta"] = {"columns": doc.columns}
-            out["body_table"] = json.dumps(table, ensure_ascii=False)
-        else:
-            out["body"] = doc.body
-        return out
-
-    def _toc_json(self, repo: SimRepo) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = []
-        titles: dict[tuple[str, ...], str] = {}
-        for doc in sorted(repo.docs.values(), key=lambda d: d.id):
-            if doc.deleted_at is not None or doc.toc_path is None:
-                continue
-            parent = None
-            for depth in range(1, len(doc.toc_path) + 1):
-                path = tuple(doc.toc_path[:depth])
-                if path not in titles:
-                    titles[path] = f"title-{repo.id}-{len(titles)}"
-                    nodes.append(
-                        {"uuid": titles[path], "type": "TITLE", "title": path[-1], "url": "", "doc_id": "",
-                         "level": "", "parent_uuid": parent or "", "visible": 1, "open_window": 0}
-                    )  # fmt: skip
-                parent = titles[path]
-            nodes.append(
-                {"uuid": f"doc-{doc.id}", "type": "DOC", "title": doc.title, "url": doc.slug, "doc_id": doc.id,
-                 "id": doc.id, "level": len(doc.toc_path), "parent_uuid": parent or "", "visible": 1,
-                 "open_window": 0}
-            )  # fmt: skip
-        return nodes
 
     # ------------------------------------------------------------------ HTTP
 
@@ -443,9 +124,29 @@ class YuqueSimulator:
                 response = self._handle(path.strip("/").split("/"), request)
                 if self.on_request is not None:
                     self.on_request(path)
-                return response
+            if self._pads(path, response):
+                return self._oversized(response, self.oversize_body or 0)
+            return response
 
         return app
+
+    def _pads(self, path: str, response: Any) -> bool:
+        if self.oversize_body is None or (self.oversize_only is not None and not self.oversize_only(path.strip("/"))):
+            return False
+        return isinstance(response, dict) or (self.oversize_errors and isinstance(response, JSONResponse))
+
+    def _oversized(self, response: dict[str, Any] | JSONResponse, size: int) -> StreamingResponse:
+        """``response`` padded past ``size`` bytes, streamed without a Content-Length."""
+        self.counters["oversized"] += 1
+        status, headers = 200, {}
+        if isinstance(response, JSONResponse):  # an error answer: same status and headers
+            status = response.status_code
+            headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+            response = json.loads(response.body)
+        body: Iterator[bytes] = oversized_json(response, size)
+        if self.oversize_gzip:
+            body, headers["Content-Encoding"] = _gzipped(body), "gzip"
+        return StreamingResponse(body, status_code=status, media_type="application/json", headers=headers)
 
     def _handle(self, parts: list[str], request: Request) -> Any:
         q = request.query_params
@@ -587,6 +288,13 @@ class YuqueSimulator:
             return self._error(422, "page_size 范围 1-200")
         self.counters[f"doc:{doc.id}"] += 1
         return {"data": self._detail_json(repo, doc, page, page_size)}
+
+
+def _gzipped(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    packer = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)  # gzip framing (RFC 1952)
+    for chunk in chunks:
+        yield packer.compress(chunk)
+    yield packer.flush()
 
 
 def demo_space() -> YuqueSimulator:
