@@ -32,10 +32,11 @@ DEFAULT_KEEP_RUNS = 20
 _FAILED_STAGING_HOURS = 24.0
 
 
-def _setting(source: SourceConfig, option: str, env: str, default: float) -> float:
+def _setting(source: SourceConfig, option: str, env_value: str | None, default: float) -> float:
+    """The source's option, else the environment's value, else the default."""
     value = source.options.get(option)
     if value is None:
-        value = os.environ.get(env)
+        value = env_value
     if value in (None, ""):
         return default
     number = float(value)
@@ -51,8 +52,10 @@ class Retention:
 
     @classmethod
     def for_source(cls, source: SourceConfig) -> Retention:
-        days = _setting(source, "retention_days", "TRIBUTARY_RETENTION_DAYS", DEFAULT_DAYS)
-        keep = _setting(source, "retention_keep_runs", "TRIBUTARY_RETENTION_KEEP_RUNS", DEFAULT_KEEP_RUNS)
+        days = _setting(source, "retention_days", os.environ.get("TRIBUTARY_RETENTION_DAYS"), DEFAULT_DAYS)
+        keep = _setting(
+            source, "retention_keep_runs", os.environ.get("TRIBUTARY_RETENTION_KEEP_RUNS"), DEFAULT_KEEP_RUNS
+        )
         return cls(days=days, keep_runs=int(keep))
 
 
