@@ -8,14 +8,14 @@ import zlib
 
 import pytest
 
-from plugins.connectors.web.auth import Credentials, CredentialScope
-from plugins.connectors.web.decoding import (
+from plugins.connectors.http_body import (
     BodyTooLarge,
     CappedDecoder,
     UndecodableBody,
     UnsupportedEncoding,
     content_codings,
 )
+from plugins.connectors.web.auth import Credentials, CredentialScope
 from plugins.connectors.web.urls import Scope, canonicalize
 
 

@@ -3,7 +3,7 @@
 httpx follows redirects itself only if asked; we never ask, so every hop is checked against
 the source's scope and the address guard before a connection is opened. Credentials are
 added per request, only for the origins their ``CredentialScope`` admits. The raw body is
-streamed and decoded here (``decoding``), layer by layer in bounded steps, and the download
+streamed and decoded (``plugins.connectors.http_body``), layer by layer in bounded steps, and the download
 aborted once the decoded size passes the limit (a gzip-of-gzip bomb is cut too). Retries
 (tenacity, exponential backoff): network errors, timeouts, 429, 5xx; never other 4xx. One
 deadline covers all attempts of a URL, backoff included.
@@ -23,14 +23,14 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from plugins.connectors.web.auth import Credentials, CredentialScope
-from plugins.connectors.web.decoding import (
+from plugins.connectors.http_body import (
+    ACCEPT_ENCODING,
     BodyTooLarge,
-    CappedDecoder,
     UndecodableBody,
     UnsupportedEncoding,
-    content_codings,
+    aread_capped,
 )
+from plugins.connectors.web.auth import Credentials, CredentialScope
 from plugins.connectors.web.politeness import LocalPoliteness, Politeness
 from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
 from plugins.connectors.web.urls import canonicalize, host_key
@@ -164,7 +164,7 @@ class Fetcher:
         self.credentials = Credentials(config.headers, config.cookies, config.auth, config.credential_scope)
         self._client = httpx.AsyncClient(
             # Only what every host may see; credentials are added per request (_pinned_request).
-            headers={"User-Agent": config.user_agent, "Accept-Encoding": "gzip, deflate"},
+            headers={"User-Agent": config.user_agent, "Accept-Encoding": ACCEPT_ENCODING},
             # No cookie jar: requests go to pinned IP addresses, so a jar would file a site's
             # cookies under its IP and hand them to any other host behind that address.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
@@ -334,17 +334,8 @@ class Fetcher:
         return self._client.build_request("GET", target, headers=headers, extensions=extensions)
 
     async def _read_capped(self, response: httpx.Response) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = response.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
-            raise _Final("too_large", f"Content-Length {declared} over the {limit}-byte limit")
         try:
-            decoder = CappedDecoder(content_codings(response.headers.get("content-encoding")), limit)
-            # Raw bytes: httpx would inflate a whole network chunk (every layer) before we
-            # could count it.
-            async for chunk in response.aiter_raw():
-                decoder.feed(chunk)
-            return decoder.body()
+            return await aread_capped(response, self.config.max_body_bytes)
         except BodyTooLarge as exc:
             raise _Final("too_large", str(exc)) from exc
         except UnsupportedEncoding as exc:

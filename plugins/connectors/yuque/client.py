@@ -24,12 +24,12 @@ from typing import Any
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from plugins.connectors.web.decoding import (
+from plugins.connectors.http_body import (
+    ACCEPT_ENCODING,
     BodyTooLarge,
-    CappedDecoder,
     UndecodableBody,
     UnsupportedEncoding,
-    content_codings,
+    read_capped,
 )
 from plugins.connectors.yuque.budget import RequestBudget
 from plugins.connectors.yuque.errors import (
@@ -53,8 +53,6 @@ PAGE_LIMIT = 100  # Yuque's hard cap since late 2023; above it the API answers 4
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 # An error answer is {"status", "message"}: what is past this is never read.
 _ERROR_BODY_BYTES = 64 * 1024
-# The codings CappedDecoder inflates in bounded steps; asking for no others means no others come.
-_ACCEPT_ENCODING = "gzip, deflate"
 
 
 def api_base_url(host: str) -> str:
@@ -75,19 +73,6 @@ class DocListing:
     total: int | None = None
     complete: bool = True
     reason: str | None = None
-
-
-def _read_capped(response: httpx.Response, limit: int) -> bytes:
-    """The body of a streamed ``response`` after its content-coding; raises ``BodyTooLarge`` as
-    soon as more than ``limit`` bytes arrived (or a Content-Length already says so)."""
-    declared = response.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
-        raise BodyTooLarge(f"Content-Length {declared} over the {limit}-byte limit")
-    decoder = CappedDecoder(content_codings(response.headers.get("content-encoding")), limit)
-    # Raw bytes: httpx would inflate a whole network chunk before we could count it.
-    for chunk in response.iter_raw():
-        decoder.feed(chunk)
-    return decoder.body()
 
 
 def _json_or_none(raw: bytes) -> Any:
@@ -149,7 +134,7 @@ class YuqueClient:
                 "X-Auth-Token": token,
                 "User-Agent": user_agent or DEFAULT_USER_AGENT,
                 "Accept": "application/json",
-                "Accept-Encoding": _ACCEPT_ENCODING,
+                "Accept-Encoding": ACCEPT_ENCODING,
             },
             timeout=timeout,
             follow_redirects=False,
@@ -201,7 +186,7 @@ class YuqueClient:
         failed = response.status_code >= 400
         limit = min(self.max_response_bytes, _ERROR_BODY_BYTES) if failed else self.max_response_bytes
         try:
-            return _read_capped(response, limit)
+            return read_capped(response, limit)
         except BodyTooLarge as exc:
             if failed:
                 return b""

@@ -1,11 +1,12 @@
-"""Content-coding decoder with a size cap on every layer, applied while streaming.
+"""Response bodies read as streams, decoded and capped on every layer (shared by every connector).
 
 httpx inflates each network chunk completely before the caller sees it, so with
 ``Content-Encoding: gzip, gzip`` one 10 KB chunk becomes gigabytes before any cap can count
-it. Here the fetcher reads the raw bytes and every layer is inflated in steps of at most
+it. Here the raw bytes are read (``iter_raw``) and every layer is inflated in steps of at most
 ``step`` bytes (zlib ``decompressobj`` with ``max_length``), each step handed to the next layer
 and counted at once: no layer ever holds more than one step, and the decoded body is refused
-as soon as it passes the limit.
+as soon as it passes the limit. :func:`read_capped` / :func:`aread_capped` do that for a
+streamed httpx response; a client sends :data:`ACCEPT_ENCODING`, the codings decoded here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,22 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
-__all__ = ["BodyTooLarge", "CappedDecoder", "UndecodableBody", "UnsupportedEncoding", "content_codings"]
+import httpx
+
+__all__ = [
+    "ACCEPT_ENCODING",
+    "BodyTooLarge",
+    "CappedDecoder",
+    "UndecodableBody",
+    "UnsupportedEncoding",
+    "aread_capped",
+    "content_codings",
+    "read_capped",
+]
+
+# The codings CappedDecoder inflates in bounded steps; asking for no others means no others
+# come (RFC 9110 section 12.5.3), and one that comes anyway is refused (UnsupportedEncoding).
+ACCEPT_ENCODING = "gzip, deflate"
 
 _STEP = 64 * 1024
 # Codings we have no bounded decoder for (httpx leaves them to optional packages).
@@ -123,3 +139,30 @@ class CappedDecoder:
                 self._push(index + 1, out)
             if not data and len(out) < room:
                 return
+
+
+def _decoder_for(response: httpx.Response, limit: int) -> CappedDecoder:
+    """A decoder for ``response``'s codings; refuses at once a plain body whose Content-Length
+    already says it is over ``limit`` (a compressed one is judged by its decoded size)."""
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+        raise BodyTooLarge(f"Content-Length {declared} over the {limit}-byte limit")
+    return CappedDecoder(content_codings(response.headers.get("content-encoding")), limit)
+
+
+def read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The decoded body of a streamed ``response`` (``client.stream(...)``), at most ``limit``
+    bytes; raises BodyTooLarge / UnsupportedEncoding / UndecodableBody."""
+    decoder = _decoder_for(response, limit)
+    # Raw bytes: httpx would inflate a whole network chunk (every layer) before we could count it.
+    for chunk in response.iter_raw():
+        decoder.feed(chunk)
+    return decoder.body()
+
+
+async def aread_capped(response: httpx.Response, limit: int) -> bytes:
+    """:func:`read_capped` for an ``httpx.AsyncClient`` stream."""
+    decoder = _decoder_for(response, limit)
+    async for chunk in response.aiter_raw():
+        decoder.feed(chunk)
+    return decoder.body()
