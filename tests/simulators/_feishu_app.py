@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from tests.simulators._feishu_hostile import HostileBodies
 from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, ONLINE_TYPES, _Task
 from tests.support.leakscan import register_secret
 
@@ -21,6 +22,7 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
     exports = (_export_routes, _export_poll_routes, _download_routes)
     for register in (_auth_routes, _drive_routes, _meta_routes, *exports, _wiki_routes, _docs_routes, _control_routes):
         register(app, sim)
+    app.add_middleware(HostileBodies, switches=sim.hostile)
     return app
 
 

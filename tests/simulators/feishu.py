@@ -18,7 +18,8 @@ Implements the calls a drive sync makes, with the documented shapes and codes:
   ``GET /open-apis/drive/v1/files/:file_token/download`` with either Content-Disposition style.
 - ``GET /open-apis/wiki/v2/spaces/:space_id/nodes``.
 - 429 bursts with ``x-ogw-ratelimit-reset`` (:meth:`burst`), optional enforcement of per-API
-  limits (``enforce_limits``), and counters the tests read (:attr:`counters`).
+  limits (``enforce_limits``), and counters the tests read (:attr:`counters`); hostile bodies
+  (padded JSON, gzip-of-gzip downloads: :attr:`hostile`, see ``_feishu_hostile``).
 
 Control from the same process through the methods, or over HTTP under ``/_sim/`` (used by
 multi-process tests and the demo). ``python -m tests.simulators.feishu --port N`` serves a demo
@@ -41,6 +42,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from tests.simulators._feishu_hostile import HostileAnswers
 from tests.support.leakscan import register_secret
 
 __all__ = ["DEMO_ROOT", "FeishuSimulator", "SimItem", "demo_drive"]
@@ -172,6 +174,7 @@ class FeishuSimulator:
     list_cursor_loop: int = 0  # hostile: this many pages answer has_more with the same cursor
     slides_export: bool = True  # false: the older export API that refuses slides (1069904)
     user_refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> user
+    hostile: HostileAnswers = field(default_factory=HostileAnswers)  # oversized / bomb bodies
 
     def __post_init__(self) -> None:
         register_secret("feishu app_secret", self.app_secret)  # the session-end log scan looks for it

@@ -3,7 +3,8 @@
 Every business call goes through :meth:`FeishuClient.call`: it takes a request slot from the
 shared per-API budget, attaches the shared tenant token, decodes the envelope into the typed
 errors of :mod:`.errors`, retries what is transient (tenacity) and re-fetches the token once
-when the gateway rejects it. The asynchronous export poller used by the trigger
+when the gateway rejects it. Every body is streamed and capped after its content-coding
+(:mod:`.answers`): JSON answers at ``max_response_bytes``, downloads at the file size cap. The asynchronous export poller used by the trigger
 (:mod:`.trigger`) reuses the same decoding, retry policy, token cache and budgets.
 """
 
@@ -20,6 +21,7 @@ from urllib.parse import unquote
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
+from plugins.connectors.feishu.answers import DEFAULT_MAX_RESPONSE_BYTES, Answer, decode_json, read_answer
 from plugins.connectors.feishu.budget import RequestBudget
 from plugins.connectors.feishu.errors import (
     FeishuCredentialsError,
@@ -30,15 +32,14 @@ from plugins.connectors.feishu.errors import (
     FeishuTokenInvalid,
     FeishuTokenRejected,
     credentials_error,
-    error_from_response,
 )
 from plugins.connectors.feishu.token import TokenCache, UserTokenCache
+from plugins.connectors.http_body import ACCEPT_ENCODING
 
 __all__ = [
     "Download",
     "FeishuClient",
     "FeishuSettings",
-    "decode_json",
     "filename_from_disposition",
     "rejected_twice",
     "retry_policy",
@@ -69,6 +70,8 @@ class FeishuSettings:
     # the Connection holds, so their own space syncs without sharing folders to a bot.
     auth: str = "tenant"
     refresh_token: str | None = None
+    # The largest JSON answer read, after its content-coding (Connection extra of that name).
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     @property
     def base_url(self) -> str:
@@ -88,21 +91,6 @@ class Download:
 
 
 # --------------------------------------------------------------------------- shared pieces
-
-
-def decode_json(response: httpx.Response) -> dict[str, Any]:
-    """Return the envelope of a successful call, or raise the matching :class:`FeishuError`."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        if response.status_code >= 400:
-            raise error_from_response(response.status_code, None, response.headers)
-        raise FeishuDataError(f"non-JSON response from {response.request.url.path}", status=response.status_code)
-    if response.status_code >= 400 or body.get("code", 0) != 0:
-        raise error_from_response(response.status_code, body, response.headers)
-    return body
 
 
 def _stop(max_attempts: int, rate_limit_max_wait: float):
@@ -210,8 +198,15 @@ class FeishuClient:
 
     def __init__(self, settings: FeishuSettings, *, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
+        if settings.max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
         self._http = httpx.Client(
-            base_url=settings.base_url, timeout=settings.timeout, transport=transport, verify=ssl_context()
+            base_url=settings.base_url,
+            timeout=settings.timeout,
+            transport=transport,
+            verify=ssl_context(),
+            # only the codings the capped reader inflates in bounded steps
+            headers={"Accept-Encoding": ACCEPT_ENCODING},
         )
         self._redis = _redis_client(settings.redis_url)
         self.budget = RequestBudget(settings.app_id, redis_client=self._redis, limits=settings.limits)
@@ -249,15 +244,10 @@ class FeishuClient:
         """One token request (the caller holds the lock). Returns (token, expire seconds)."""
 
         def once() -> tuple[str, int]:
+            credentials = {"app_id": self.settings.app_id, "app_secret": self.settings.app_secret}
+            answer = self._exchange("POST", "/auth/v3/tenant_access_token/internal", "token request", json=credentials)
             try:
-                resp = self._http.post(
-                    "/auth/v3/tenant_access_token/internal",
-                    json={"app_id": self.settings.app_id, "app_secret": self.settings.app_secret},
-                )
-            except httpx.TransportError as exc:
-                raise FeishuNetworkError(f"token request failed: {type(exc).__name__}") from exc
-            try:
-                body = decode_json(resp)
+                body = decode_json(answer)
             except FeishuError as exc:
                 raise credentials_error(exc, self.settings.app_id, "tenant token request") from exc
             token, expire = body.get("tenant_access_token"), body.get("expire")
@@ -280,12 +270,9 @@ class FeishuClient:
             "client_secret": self.settings.app_secret,
             "refresh_token": refresh_token,
         }
+        answer = self._exchange("POST", "/authen/v2/oauth/token", "user token refresh", json=body)
         try:
-            resp = self._http.post("/authen/v2/oauth/token", json=body)
-        except httpx.TransportError as exc:
-            raise FeishuNetworkError(f"user token refresh failed: {type(exc).__name__}") from exc
-        try:
-            data = decode_json(resp)
+            data = decode_json(answer)
         except FeishuError as exc:
             if exc.retryable and not isinstance(exc, FeishuTokenInvalid):
                 raise
@@ -304,11 +291,16 @@ class FeishuClient:
 
     # ----------------------------------------------------------------- core call
 
-    def _send(self, method: str, path: str, token: str, **kwargs: Any) -> httpx.Response:
+    def _exchange(self, method: str, path: str, what: str, **kwargs: Any) -> Answer:
+        """One request, its answer read capped (``max_response_bytes``; an error's 64 KiB)."""
         try:
-            return self._http.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+            with self._http.stream(method, path, **kwargs) as resp:
+                return read_answer(resp, path, self.settings.max_response_bytes)
         except httpx.TransportError as exc:
-            raise FeishuNetworkError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+            raise FeishuNetworkError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _send(self, method: str, path: str, token: str, **kwargs: Any) -> Answer:
+        return self._exchange(method, path, f"{method} {path}", headers={"Authorization": f"Bearer {token}"}, **kwargs)
 
     def _authorized(self, api: str, fn: Any) -> Any:
         """Run ``fn(token)`` under the budget; on a rejected token refresh it once and retry.
@@ -347,36 +339,27 @@ class FeishuClient:
         raise AssertionError("unreachable")
 
     def download(self, path: str, *, api: str, max_bytes: int) -> Download:
-        """Stream a binary body, refusing more than ``max_bytes``."""
+        """Stream a binary body, refusing more than ``max_bytes`` after its content-coding (an
+        error answer is read up to 64 KiB, typed by its code or its status)."""
 
         def once(token: str) -> Download:
             headers = {"Authorization": f"Bearer {token}"}
             try:
                 with self._http.stream("GET", path, headers=headers) as resp:
-                    ctype = resp.headers.get("content-type", "")
-                    # Any 2xx is the file, whatever its type (an uploaded .json is served as
-                    # application/json): what the official SDKs do (lark-oapi, oapi-sdk-go).
-                    if not 200 <= resp.status_code < 300:
-                        resp.read()
-                        decode_json(resp)  # raises the typed error
-                        raise FeishuDataError(
-                            f"download {path} answered HTTP {resp.status_code}", status=resp.status_code
-                        )
-                    declared = resp.headers.get("content-length")
-                    if declared and declared.isdigit() and int(declared) > max_bytes:
-                        raise FeishuDataError(f"file is {declared} bytes, over the {max_bytes} limit", code=None)
-                    buf = bytearray()
-                    for chunk in resp.iter_bytes():
-                        buf += chunk
-                        if len(buf) > max_bytes:
-                            raise FeishuDataError(f"file exceeds the {max_bytes} byte limit")
-                    return Download(
-                        data=bytes(buf),
-                        file_name=filename_from_disposition(resp.headers.get("content-disposition")),
-                        media_type=ctype.split(";")[0].strip() or None,
-                    )
+                    answer = read_answer(resp, path, max_bytes)
             except httpx.TransportError as exc:
                 raise FeishuNetworkError(f"GET {path}: {type(exc).__name__}: {exc}") from exc
+            # Any 2xx is the file, whatever its type (an uploaded .json is served as
+            # application/json): what the official SDKs do (lark-oapi, oapi-sdk-go).
+            if not answer.ok:
+                decode_json(answer)  # raises the typed error
+                raise FeishuDataError(f"download {path} answered HTTP {answer.status}", status=answer.status)
+            ctype = answer.headers.get("content-type", "")
+            return Download(
+                data=answer.body,
+                file_name=filename_from_disposition(answer.headers.get("content-disposition")),
+                media_type=ctype.split(";")[0].strip() or None,
+            )
 
         for attempt in Retrying(**self._policy):
             with attempt:

@@ -7,7 +7,8 @@ Callers act on the class, never on ``msg`` (Feishu says its text is not stable):
 - :class:`FeishuRateLimited` — wait ``retry_after`` (from ``x-ogw-ratelimit-reset``) and retry;
 - :class:`FeishuServerError` / :class:`FeishuNetworkError` — back off and retry;
 - :class:`FeishuAuthError`, :class:`FeishuPermissionError`, :class:`FeishuNotFoundError`,
-  :class:`FeishuParamError`, :class:`FeishuDataError` — never retried.
+  :class:`FeishuParamError`, :class:`FeishuDataError` (:class:`FeishuResponseTooLarge`: a body
+  over the client's byte limit) — never retried.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "FeishuParamError",
     "FeishuPermissionError",
     "FeishuRateLimited",
+    "FeishuResponseTooLarge",
     "FeishuServerError",
     "FeishuTokenInvalid",
     "FeishuTokenRejected",
@@ -121,6 +123,17 @@ class FeishuParamError(FeishuError):
 
 class FeishuDataError(FeishuError):
     """The response was not what the API documents (bad JSON, missing fields, too large)."""
+
+
+class FeishuResponseTooLarge(FeishuDataError):
+    """A body (after its content-coding) passed the client's byte limit: a JSON answer over
+    ``max_response_bytes`` or a file over the size cap. Cut while streaming, so it never sits
+    in memory; final: the same request would get the same body."""
+
+    def __init__(self, message: str, *, endpoint: str, limit: int, status: int | None = None) -> None:
+        super().__init__(message, status=status)
+        self.endpoint = endpoint
+        self.limit = limit
 
 
 class FeishuRateLimited(FeishuError):

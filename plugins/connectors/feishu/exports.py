@@ -22,23 +22,18 @@ import httpx
 from tenacity import AsyncRetrying
 
 from plugins.connectors.base import FetchError
-from plugins.connectors.feishu.client import (
-    FeishuClient,
-    FeishuSettings,
-    decode_json,
-    rejected_twice,
-    retry_policy,
-    ssl_context,
-)
+from plugins.connectors.feishu.answers import aread_answer, decode_json
+from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, rejected_twice, retry_policy, ssl_context
 from plugins.connectors.feishu.errors import (
-    FeishuDataError,
     FeishuError,
     FeishuNetworkError,
     FeishuNotFoundError,
     FeishuPermissionError,
     FeishuRateLimited,
+    FeishuResponseTooLarge,
     FeishuTokenInvalid,
 )
+from plugins.connectors.http_body import ACCEPT_ENCODING
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -129,7 +124,7 @@ def fetch_error_for(exc: FeishuError, what: str) -> FetchError:
         return FetchError(f"{what}: {exc}", reason="permission_denied", retryable=False)
     if isinstance(exc, FeishuNotFoundError):
         return FetchError(f"{what}: {exc}", reason="not_found", retryable=False)
-    if isinstance(exc, FeishuDataError) and "limit" in str(exc):
+    if isinstance(exc, FeishuResponseTooLarge):
         return FetchError(f"{what}: {exc}", reason="too_large", retryable=False)
     if isinstance(exc, FeishuRateLimited):
         return FetchError(f"{what}: {exc}", reason="rate_limited", retryable=True)
@@ -195,7 +190,12 @@ class AsyncExportPoller:
         # that already has one lends it.
         self._owns_sync = client is None
         self._sync = client or FeishuClient(settings)
-        self._http = httpx.AsyncClient(base_url=settings.base_url, timeout=settings.timeout, verify=ssl_context())
+        self._http = httpx.AsyncClient(
+            base_url=settings.base_url,
+            timeout=settings.timeout,
+            verify=ssl_context(),
+            headers={"Accept-Encoding": ACCEPT_ENCODING},  # what the capped reader decodes
+        )
         self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
 
     async def aclose(self) -> None:
@@ -214,16 +214,16 @@ class AsyncExportPoller:
                 await self._sync.budget.acquire_async("export_poll", max_wait=self.settings.rate_limit_max_wait)
             except TimeoutError as exc:
                 raise FeishuRateLimited(f"local request budget: {exc}") from exc
+            path = f"/drive/v1/export_tasks/{ticket.ticket}"
             try:
-                resp = await self._http.get(
-                    f"/drive/v1/export_tasks/{ticket.ticket}",
-                    params={"token": ticket.item_key},
-                    headers={"Authorization": f"Bearer {token}"},
-                )
+                async with self._http.stream(
+                    "GET", path, params={"token": ticket.item_key}, headers={"Authorization": f"Bearer {token}"}
+                ) as resp:
+                    answer = await aread_answer(resp, path, self.settings.max_response_bytes)
             except httpx.TransportError as exc:
                 raise FeishuNetworkError(f"poll {ticket.ticket}: {type(exc).__name__}") from exc
             try:
-                return dict((decode_json(resp).get("data") or {}).get("result") or {})
+                return dict((decode_json(answer).get("data") or {}).get("result") or {})
             except FeishuTokenInvalid as exc:
                 await asyncio.to_thread(tokens.invalidate, token)
                 if refresh:

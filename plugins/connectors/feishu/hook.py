@@ -2,8 +2,10 @@
 
 Connection ``feishu_default`` (or the source's ``conn_id``): ``login`` = app id, ``password`` =
 app secret, ``host`` = site root (``https://open.feishu.cn``; Lark's
-``https://open.larksuite.com`` works the same), or ``extra.host``/``extra.base_url``. The
-connection is read lazily, when a client is first needed, never at import or DAG parse time.
+``https://open.larksuite.com`` works the same), or ``extra.host``/``extra.base_url``;
+``extra.max_response_bytes``: the largest JSON answer read, after its content-coding (default
+64 MiB; a file download is capped by the source's ``max_file_bytes``). The connection is read
+lazily, when a client is first needed, never at import or DAG parse time.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def settings_from_conn(conn: Any, *, redis_url: str | None = None, **overrides: 
         raise ValueError(
             f"connection {conn_id!r}: extra.auth 'user' needs extra.refresh_token (the user's OAuth grant)"
         )
+    if extra.get("max_response_bytes") is not None:
+        overrides = {"max_response_bytes": int(extra["max_response_bytes"]), **overrides}
     return FeishuSettings(
         app_id=conn.login,
         app_secret=conn.password,
