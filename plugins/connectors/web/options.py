@@ -51,7 +51,8 @@ class WebOptions(EngineOptions):
     """``options`` of a ``kind: web`` source.
 
     Scope: ``seeds`` (start URLs), ``scope`` (``host``: the seeds' hosts; ``domain``: their
-    registrable domains), ``include`` / ``exclude`` (regexes on canonical URLs),
+    registrable domains; an https seed keeps them on https, an http one may be upgraded),
+    ``include`` / ``exclude`` (regexes on canonical URLs),
     ``max_pages`` (a crawl cut by it is *incomplete* and deletes nothing), ``max_depth``
     (link hops from a seed or sitemap entry), ``use_sitemaps``, ``respect_robots``.
     Politeness: ``delay_seconds`` between the end of one request to a host and the start of
