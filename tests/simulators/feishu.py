@@ -22,8 +22,7 @@ Implements the calls a drive sync makes, with the documented shapes and codes:
   (padded JSON, gzip-of-gzip downloads: :attr:`hostile`, see ``_feishu_hostile``).
 
 Control from the same process through the methods, or over HTTP under ``/_sim/`` (used by
-multi-process tests and the demo). ``python -m tests.simulators.feishu --port N`` serves a demo
-drive.
+multi-process tests and the demo). ``python -m tests.simulators.feishu --port N``: a demo drive.
 """
 
 from __future__ import annotations
