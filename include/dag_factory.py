@@ -13,6 +13,7 @@ the other sources keep theirs.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import importlib
 import logging
@@ -285,7 +286,9 @@ def build_dag(source: SourceConfig) -> DAG:
             kind=source.kind,
             batch_size=source.batch_size,
         ),
-        params=dict(_PARAMS),
+        # Param objects keep the value they last resolved: each DAG gets its own copies, or one
+        # DAG's trigger (or a test resolving a value) would become every other DAG's default
+        params=copy.deepcopy(_PARAMS),
         default_args={
             "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
             "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),

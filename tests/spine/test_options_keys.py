@@ -140,6 +140,19 @@ def test_the_trigger_form_refuses_a_key_carrying_a_credential(key: str) -> None:
         param.resolve(value=["https://example.org/", key])
 
 
+def test_a_value_one_dag_resolves_is_not_another_dags_default() -> None:
+    """Airflow's ``Param.resolve`` keeps the value it resolved: DAGs sharing Param objects would
+    hand one trigger's ``only_keys`` to every later run of every source (seen in the full suite:
+    a Yuque DAG run received a web test's keys)."""
+    from include.dag_factory import build_dag
+
+    first = build_dag(SourceConfig(kind="web", name="a", options={"seeds": ["https://example.org/"]}))
+    first.params.get_param("only_keys").resolve(value=["https://example.org/faq.html"])
+    second = build_dag(SourceConfig(kind="web", name="b", options={"seeds": ["https://example.org/"]}))
+    assert second.params.get_param("only_keys").resolve() == []
+    assert first.params.get_param("only_keys") is not second.params.get_param("only_keys")
+
+
 def test_quarantine_after_is_accepted_and_applied_on_a_web_source(site, tributary_home: Path) -> None:
     """A page that fails to parse is skipped once it failed ``quarantine_after`` runs in a row
     (the web options model used to refuse the key the engine reads)."""
