@@ -12,9 +12,10 @@ behind a thread lock plays the same role.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from cachetools import TLRUCache
@@ -32,12 +33,73 @@ _LOCAL: TLRUCache = TLRUCache(maxsize=256, ttu=lambda _k, v, now: v[1], timer=ti
 _LOCAL_LOCK = threading.Lock()
 
 
-class TokenCache:
+def _text(value: Any) -> str | None:
+    """A Redis reply as text (clients built without ``decode_responses`` return bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class _SharedToken:
+    """What the tenant and the user token share: the key, the cache life, the Redis
+    get-or-refresh under one lock, and the compare-and-delete invalidation.
+
+    Subclasses say how a token is obtained (``_refresh_into_redis``, ``_get_local``) and which
+    process-wide store backs the no-Redis case (``_local_store``).
+    """
+
+    kind: str
+    _local_store: MutableMapping[str, tuple[str, float]]
+
+    def __init__(self, app_id: str, key: str, *, redis_client: Any, safety_margin: float, lock_timeout: float) -> None:
+        self.app_id = app_id
+        self._redis = redis_client
+        self._margin = safety_margin
+        self._lock_timeout = lock_timeout
+        self._key = key
+        self._drop_script = redis_client.register_script(_DROP_IF_EQUAL_LUA) if redis_client is not None else None
+
+    def _ttl(self, expire: int) -> float:
+        # Never cache for less than a few seconds nor past the token's own life.
+        return max(1.0, min(float(expire) - self._margin, float(expire) * 0.9))
+
+    def get(self) -> str:
+        if self._redis is None:
+            return self._get_local()
+        cached = _text(self._redis.get(self._key))
+        if cached:
+            return cached
+        with self._redis.lock(f"{self._key}:lock", timeout=self._lock_timeout, blocking_timeout=self._lock_timeout + 5):
+            cached = _text(self._redis.get(self._key))  # another worker may have refreshed meanwhile
+            if cached:
+                return cached
+            return self._refresh_into_redis()
+
+    def _refresh_into_redis(self) -> str:
+        """Obtain a new token and store it in Redis; called under the Redis lock."""
+        raise NotImplementedError
+
+    def _get_local(self) -> str:
+        raise NotImplementedError
+
+    def invalidate(self, token: str) -> None:
+        """Forget ``token`` if it is still the cached one."""
+        if self._drop_script is not None:
+            self._drop_script(keys=[self._key], args=[token])
+            return
+        with _LOCAL_LOCK:
+            hit = self._local_store.get(self._key)
+            if hit and hit[0] == token:
+                del self._local_store[self._key]
+
+
+class TokenCache(_SharedToken):
     """Get-or-fetch of one app's tenant token.
 
     ``fetch`` performs the token request and returns ``(token, expire_seconds)``; it is called
     at most once per expiry across all processes sharing ``redis_client``.
     """
+
+    kind = "tenant"
+    _local_store = _LOCAL
 
     def __init__(
         self,
@@ -49,32 +111,19 @@ class TokenCache:
         lock_timeout: float = 30.0,
         namespace: str = "tributary:feishu:token",
     ) -> None:
-        self.kind = "tenant"
-        self.app_id = app_id
+        super().__init__(
+            app_id,
+            f"{namespace}:{app_id}",
+            redis_client=redis_client,
+            safety_margin=safety_margin,
+            lock_timeout=lock_timeout,
+        )
         self._fetch = fetch
-        self._redis = redis_client
-        self._margin = safety_margin
-        self._lock_timeout = lock_timeout
-        self._key = f"{namespace}:{app_id}"
-        self._drop_script = redis_client.register_script(_DROP_IF_EQUAL_LUA) if redis_client is not None else None
 
-    def _ttl(self, expire: int) -> float:
-        # Never cache for less than a few seconds nor past the token's own life.
-        return max(1.0, min(float(expire) - self._margin, float(expire) * 0.9))
-
-    def get(self) -> str:
-        if self._redis is None:
-            return self._get_local()
-        cached = self._redis.get(self._key)
-        if cached:
-            return cached.decode() if isinstance(cached, bytes) else cached
-        with self._redis.lock(f"{self._key}:lock", timeout=self._lock_timeout, blocking_timeout=self._lock_timeout + 5):
-            cached = self._redis.get(self._key)  # another worker may have refreshed meanwhile
-            if cached:
-                return cached.decode() if isinstance(cached, bytes) else cached
-            token, expire = self._fetch()
-            self._redis.set(self._key, token, px=int(self._ttl(expire) * 1000))
-            return token
+    def _refresh_into_redis(self) -> str:
+        token, expire = self._fetch()
+        self._redis.set(self._key, token, px=int(self._ttl(expire) * 1000))
+        return token
 
     def _get_local(self) -> str:
         hit = _LOCAL.get(self._key)
@@ -88,16 +137,6 @@ class TokenCache:
             _LOCAL[self._key] = (token, time.monotonic() + self._ttl(expire))
             return token
 
-    def invalidate(self, token: str) -> None:
-        """Forget ``token`` if it is still the cached one."""
-        if self._drop_script is not None:
-            self._drop_script(keys=[self._key], args=[token])
-            return
-        with _LOCAL_LOCK:
-            hit = _LOCAL.get(self._key)
-            if hit and hit[0] == token:
-                del _LOCAL[self._key]
-
 
 # Process-wide fallback for user tokens: key -> (access token, expires_at_monotonic) and the
 # rotated refresh token (OAuth v2 refresh tokens are single-use: each refresh returns a new one).
@@ -105,7 +144,7 @@ _USER_LOCAL: dict[str, tuple[str, float]] = {}
 _USER_REFRESH: dict[str, str] = {}
 
 
-class UserTokenCache:
+class UserTokenCache(_SharedToken):
     """Get-or-refresh of one user's ``user_access_token``, shared like the tenant token.
 
     ``refresh(refresh_token)`` performs ``POST /authen/v2/oauth/token`` (grant_type
@@ -115,6 +154,9 @@ class UserTokenCache:
     Connection's refresh token seeds the chain; the key is a hash of it (never the token itself),
     so re-authorizing (a new refresh token in the Connection) starts a new chain.
     """
+
+    kind = "user"
+    _local_store = _USER_LOCAL
 
     def __init__(
         self,
@@ -127,40 +169,25 @@ class UserTokenCache:
         lock_timeout: float = 30.0,
         namespace: str = "tributary:feishu:user_token",
     ) -> None:
-        import hashlib
-
-        self.kind = "user"
-        self.app_id = app_id
+        subject = hashlib.sha256(initial_refresh_token.encode()).hexdigest()[:16]
+        super().__init__(
+            app_id,
+            f"{namespace}:{app_id}:{subject}",
+            redis_client=redis_client,
+            safety_margin=safety_margin,
+            lock_timeout=lock_timeout,
+        )
         self._initial = initial_refresh_token
         self._refresh = refresh
-        self._redis = redis_client
-        self._margin = safety_margin
-        self._lock_timeout = lock_timeout
-        subject = hashlib.sha256(initial_refresh_token.encode()).hexdigest()[:16]
-        self._key = f"{namespace}:{app_id}:{subject}"
-        self._drop_script = redis_client.register_script(_DROP_IF_EQUAL_LUA) if redis_client is not None else None
 
-    def _ttl(self, expire: int) -> float:
-        return max(1.0, min(float(expire) - self._margin, float(expire) * 0.9))
-
-    def get(self) -> str:
-        if self._redis is None:
-            return self._get_local()
-        cached = self._redis.get(self._key)
-        if cached:
-            return cached.decode() if isinstance(cached, bytes) else cached
-        with self._redis.lock(f"{self._key}:lock", timeout=self._lock_timeout, blocking_timeout=self._lock_timeout + 5):
-            cached = self._redis.get(self._key)
-            if cached:
-                return cached.decode() if isinstance(cached, bytes) else cached
-            stored = self._redis.get(f"{self._key}:refresh")
-            current = (stored.decode() if isinstance(stored, bytes) else stored) or self._initial
-            token, expire, new_refresh, refresh_expire = self._refresh(current)
-            pipe = self._redis.pipeline()
-            pipe.set(f"{self._key}:refresh", new_refresh, ex=max(60, int(refresh_expire)))
-            pipe.set(self._key, token, px=int(self._ttl(expire) * 1000))
-            pipe.execute()
-            return token
+    def _refresh_into_redis(self) -> str:
+        current = _text(self._redis.get(f"{self._key}:refresh")) or self._initial
+        token, expire, new_refresh, refresh_expire = self._refresh(current)
+        pipe = self._redis.pipeline()
+        pipe.set(f"{self._key}:refresh", new_refresh, ex=max(60, int(refresh_expire)))
+        pipe.set(self._key, token, px=int(self._ttl(expire) * 1000))
+        pipe.execute()
+        return token
 
     def _get_local(self) -> str:
         with _LOCAL_LOCK:
@@ -172,12 +199,3 @@ class UserTokenCache:
             _USER_REFRESH[self._key] = new_refresh
             _USER_LOCAL[self._key] = (token, time.monotonic() + self._ttl(expire))
             return token
-
-    def invalidate(self, token: str) -> None:
-        if self._drop_script is not None:
-            self._drop_script(keys=[self._key], args=[token])
-            return
-        with _LOCAL_LOCK:
-            hit = _USER_LOCAL.get(self._key)
-            if hit and hit[0] == token:
-                del _USER_LOCAL[self._key]
