@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -38,7 +39,7 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class _SharedToken:
+class _SharedToken(ABC):
     """What the tenant and the user token share: the key, the cache life, the Redis
     get-or-refresh under one lock, and the compare-and-delete invalidation.
 
@@ -73,12 +74,13 @@ class _SharedToken:
                 return cached
             return self._refresh_into_redis()
 
+    @abstractmethod
     def _refresh_into_redis(self) -> str:
         """Obtain a new token and store it in Redis; called under the Redis lock."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _get_local(self) -> str:
-        raise NotImplementedError
+        """The token from the process-wide store, obtaining a new one when it is missing or stale."""
 
     def invalidate(self, token: str) -> None:
         """Forget ``token`` if it is still the cached one."""
