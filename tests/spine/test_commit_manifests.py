@@ -21,17 +21,6 @@ from tests.spine.test_idempotence import _process_batches, _snapshot, _source
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    """Seven notes, three batches (``_source``: batch_size 3)."""
-    root = tmp_path / "docs"
-    root.mkdir()
-    for i in range(7):
-        body = "\n\n".join(f"Paragraph {j} of note {i} about canal locks and weirs." for j in range(30))
-        (root / f"note{i}.md").write_text(f"# Note {i}\n\n{body}\n", encoding="utf-8")
-    return root
-
-
-@pytest.fixture
 def clean(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, dict]:
     """Index and state of a clean sync in another TRIBUTARY_HOME."""
     monkeypatch.setenv("TRIBUTARY_HOME", str(tmp_path / "clean"))

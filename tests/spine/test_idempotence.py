@@ -34,16 +34,6 @@ from include.index import open_index
 from include.stores import open_state_store
 
 
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    root = tmp_path / "docs"
-    root.mkdir()
-    for i in range(7):
-        body = "\n\n".join(f"Paragraph {j} of note {i} about canal locks and weirs." for j in range(30))
-        (root / f"note{i}.md").write_text(f"# Note {i}\n\n{body}\n", encoding="utf-8")
-    return root
-
-
 def _source(root: Path) -> SourceConfig:
     return SourceConfig(
         kind="files", name="t", options={"root": str(root)}, batch_size=3, chunker={"options": {"chunk_token_num": 64}}
