@@ -26,13 +26,18 @@ def batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path
     denied = sim.add("docx", "文档四", folder, "x")
     sim.set_export(denied, 110, pending_polls=1)
     options = {"folders": [folder], "export_poll_interval": 0.05, "export_poll_max_interval": 0.1}
+    return _plan_one_batch(tmp_path, monkeypatch, "ops", options, "manual__op_test")
+
+
+def _plan_one_batch(tmp_path: Path, monkeypatch, name: str, options: dict, run_id: str) -> str:
+    """Configure the Feishu source ``name``, start run ``run_id`` and plan it: its one batch."""
     sources = write_sources(
-        tmp_path / "sources.yaml", [{"kind": "feishu", "name": "ops", "schedule": None, "options": options}]
+        tmp_path / "sources.yaml", [{"kind": "feishu", "name": name, "schedule": None, "options": options}]
     )
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
     from include.engine import get_source
 
-    ctx = RunContext(source=get_source("feishu:ops"), run_id="manual__op_test")
+    ctx = RunContext(source=get_source(f"feishu:{name}"), run_id=run_id)
     store = open_state_store()
     try:
         start_run(ctx, store)
@@ -110,20 +115,7 @@ def slow_batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp
         "export_poll_max_interval": 0.1,
         "export_resume_after_done_seconds": 0.2,
     }
-    sources = write_sources(
-        tmp_path / "sources.yaml", [{"kind": "feishu", "name": "slow", "schedule": None, "options": options}]
-    )
-    monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
-    from include.engine import get_source
-
-    ctx = RunContext(source=get_source("feishu:slow"), run_id="manual__op_slow")
-    store = open_state_store()
-    try:
-        start_run(ctx, store)
-        (path,) = discover_stage(ctx, store)["batches"]
-    finally:
-        store.close()
-    return path
+    return _plan_one_batch(tmp_path, monkeypatch, "slow", options, "manual__op_slow")
 
 
 def test_deferred_path_downloads_finished_exports_before_the_rest(slow_batch: str, sim: FeishuSimulator) -> None:
