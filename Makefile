@@ -27,7 +27,7 @@ $(STAMP): requirements.txt constraints.txt
 
 ## make run: install, migrate Airflow's DB, serve the demo site, run sync_web_demo in Airflow, search
 run: venv
-	$(PY) -m include.demo.run
+	$(PY) -m plugins.tributary_airflow.demo.run
 
 ## make test: install what is missing (venv, Debian packages, services) and run the whole suite
 test: venv system services

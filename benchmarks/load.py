@@ -4,7 +4,7 @@ simulated Yuque space, each synced, resynced with no change and resynced with 1%
 ``python -m benchmarks load`` (full: 10,000 pages, 5,000 Feishu docs, 2,000 Yuque docs) or
 ``--quick`` (500 / 250 / 100). Servers run in this process on 127.0.0.1 (Python's
 ``ThreadingHTTPServer`` for the site, the uvicorn simulators for Feishu and Yuque); every sync
-runs ``include.engine.run_pipeline`` in a fresh worker process (``python -m benchmarks.load
+runs ``plugins.engine.run_pipeline`` in a fresh worker process (``python -m benchmarks.load
 --worker spec.json``), so its peak RSS (``VmHWM``) is that of one worker and not of the
 servers. After each run the index is opened and counted: the number of documents must equal the
 number of items exactly, the chunk total must not move on a resync
@@ -53,7 +53,7 @@ def _worker(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     os.environ.update(spec["env"])
     from include.config import SourceConfig
-    from include.engine import run_pipeline
+    from plugins.engine import run_pipeline
 
     source = SourceConfig(**spec["source"])
     started = time.perf_counter()
@@ -200,7 +200,7 @@ def _write_site(root: Path, n: int) -> list[Path]:
 
 
 def _web(n: int) -> list[dict[str, Any]]:
-    from include.demo.serve import serve_directory
+    from plugins.tributary_airflow.demo.serve import serve_directory
 
     with tempfile.TemporaryDirectory() as tmp:
         site, home = Path(tmp) / "site", Path(tmp) / "home"

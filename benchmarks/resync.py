@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from include.config import SourceConfig
-from include.demo.serve import SITE, serve_directory
+from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
 
 def _source(url: str) -> SourceConfig:
@@ -28,7 +28,7 @@ def _source(url: str) -> SourceConfig:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from include.engine import run_pipeline
+    from plugins.engine import run_pipeline
 
     rounds = 2 if quick else 5
     server, _ = serve_directory(SITE)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
+from plugins.engine import run_pipeline
 
 
 def _write(root: Path, docs: int, run: int) -> None:

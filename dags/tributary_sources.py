@@ -1,5 +1,5 @@
-"""One Airflow sync DAG per source declared in include/sources.yaml (see include/dag_factory.py)."""
+"""One Airflow sync DAG per source declared in include/sources.yaml (see plugins/tributary_airflow/dag_factory.py)."""
 
-from include.dag_factory import build_dags
+from plugins.tributary_airflow.dag_factory import build_dags
 
 globals().update(build_dags())

@@ -4,6 +4,6 @@ It defines no DAG: the valid sources' DAGs come from tributary_sources.py, which
 here leaves scheduled (Airflow marks only the DAGs of the failing file stale).
 """
 
-from include.dag_factory import check_sources
+from plugins.tributary_airflow.dag_factory import check_sources
 
 check_sources()

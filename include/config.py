@@ -150,12 +150,12 @@ class EngineOptions(BaseModel):
 
     quarantine_after: int = Field(default=5, ge=1)
     # a run that succeeds with this many failed items, or this share of the items it attempted
-    # (and at least 2), posts an alert; null turns a rule off (read by include.alerts)
+    # (and at least 2), posts an alert; null turns a rule off (read by plugins.engine.alerts)
     alert_failed_items: int | None = Field(default=10, ge=1)
     alert_failed_share: float | None = Field(default=0.25, gt=0.0, le=1.0)
     window_overlap_minutes: float | None = Field(default=None, ge=0)
     fetch_operator: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$")
-    # run-log retention (read by include.engine.retention): finished runs older than this many days
+    # run-log retention (read by plugins.engine.retention): finished runs older than this many days
     # go with their lineage, except the last retention_keep_runs; null: TRIBUTARY_RETENTION_* or 90 / 20
     retention_days: float | None = Field(default=None, ge=0)
     retention_keep_runs: int | None = Field(default=None, ge=0)

@@ -1,7 +1,7 @@
 """Tributary's Airflow plugin: the lineage audit pages inside Airflow's API server and UI.
 
 This is the only file in ``plugins/`` that Airflow's plugin scan sees (``plugins/.airflowignore``
-hides the packages); the pages themselves live in ``include/ui``. Keep imports here light:
+hides the packages); the pages themselves live in ``plugins/tributary_airflow/ui``. Keep imports here light:
 every Airflow process loads plugins, only the API server serves the app.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
 
-from include.ui import create_app
+from plugins.tributary_airflow.ui import create_app
 
 
 class TributaryPlugin(AirflowPlugin):

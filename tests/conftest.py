@@ -85,7 +85,7 @@ def demo_site(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A private copy of the demo handbook served on 127.0.0.1: (its root, its base URL)."""
     import shutil
 
-    from include.demo.serve import SITE, serve_directory
+    from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
     root = tmp_path / "site"
     shutil.copytree(SITE, root)

@@ -6,7 +6,7 @@ Tables
   seen, how many complete listings in a row missed it, and its failure streak.
 - ``tributary_runs``: one row per sync run: status, params, counts, timings, and who runs it
   (``owner``: host and process of an in-process run; ``heartbeat_at``), which the reaper
-  (``include.engine.reaper``) reads to tell a live run from a killed one.
+  (``plugins.engine.reaper``) reads to tell a live run from a killed one.
 - ``tributary_run_items``: item-level lineage, one row per (run, item): action and reason,
   versions before/after, hash, sizes, parser/chunker, chunk ids added/kept/removed, stage
   timings, error. Re-running a task rewrites its rows (primary key), never duplicates them.

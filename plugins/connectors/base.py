@@ -1,6 +1,6 @@
 """The connector interface every source implements, and the connector registry.
 
-A connector owns all I/O with one kind of source. The engine (``include.engine``) calls it in
+A connector owns all I/O with one kind of source. The engine (``plugins.engine``) calls it in
 three places, each in its own Airflow task and possibly its own process:
 
 1. ``discover(request)`` in the *discover* task: report what changed since the stored state

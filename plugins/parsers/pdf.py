@@ -223,7 +223,7 @@ def _extract(data: bytes, ctx: ParseContext, limits: Limits, deadline: Deadline)
 
 
 # page numbers listed in ``ocr_pages``: 200 of up to 4 digits stay a list within the 2,000
-# characters a lineage warning keeps (``include.lineage.parser_warnings``)
+# characters a lineage warning keeps (``plugins.engine.lineage.parser_warnings``)
 _MAX_OCR_PAGES_LISTED = 200
 
 

@@ -136,7 +136,7 @@ def _wait(what: str, cluster: Cluster, fn: Any, timeout: float) -> Any:
 
 @pytest.fixture(scope="module")
 def demo_site() -> Iterator[str]:
-    from include.demo.serve import SITE, serve_directory
+    from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
     server, thread = serve_directory(SITE)
     yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -212,8 +212,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, demo_site: str) -> Iterato
 def _reference_chunks(demo_site: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The same source synced in-process (embedded defaults): the chunks the cluster must hold."""
     from include.config import load_sources
-    from include.engine.runner import run_pipeline
     from include.index.sqlite_fts import SqliteFtsIndex
+    from plugins.engine.runner import run_pipeline
 
     sources = tmp_path / "sources.yaml"
     sources.write_text(_sources_yaml(demo_site))

@@ -11,7 +11,7 @@ from include.config import SourceConfig
 from include.contract import ChangeKind, VersionEvidence
 from plugins.connectors.base import ConnectorContext, DiscoveryRequest, get_connector_class
 from plugins.connectors.feishu import FeishuConnector
-from plugins.connectors.feishu.trigger import FeishuExportTrigger
+from plugins.tributary_airflow.triggers.feishu import FeishuExportTrigger
 from tests.simulators.feishu import FeishuSimulator, demo_drive
 
 
@@ -29,7 +29,7 @@ def drive(sim: FeishuSimulator, feishu_conn: str) -> dict[str, str]:
 def test_registered_with_fetch_operator() -> None:
     cls = get_connector_class("feishu")
     assert cls is FeishuConnector
-    assert cls.fetch_operator == "plugins.connectors.feishu.operators.FeishuExportFetchOperator"
+    assert cls.fetch_operator == "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator"
 
 
 def test_discover_walks_nested_folders_and_resolves_shortcuts(sim: FeishuSimulator, drive: dict[str, str]) -> None:
@@ -190,7 +190,7 @@ def test_trigger_polls_tickets_to_terminal_states(sim: FeishuSimulator, feishu_c
             return event.payload
 
     payload = asyncio.run(first_event())
-    assert classpath == "plugins.connectors.feishu.trigger.FeishuExportTrigger"
+    assert classpath == "plugins.tributary_airflow.triggers.feishu.FeishuExportTrigger"
     states = {t["item_key"]: (t["state"], t["job_status"]) for t in payload["tickets"]}
     assert states == {**{k: ("done", 0) for k in done}, failed: ("failed", 110)}
     assert payload["status"] == "done"

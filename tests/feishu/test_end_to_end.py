@@ -1,4 +1,4 @@
-"""Feishu -> engine -> SQLite FTS index, in-process (``include.engine.run_pipeline``)."""
+"""Feishu -> engine -> SQLite FTS index, in-process (``plugins.engine.run_pipeline``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 
 from include.config import SourceConfig
 from include.contract import document_id
-from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
 from tests.simulators.feishu import FeishuSimulator, demo_drive
 
 

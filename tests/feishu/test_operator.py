@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from include.engine import RunContext, discover_stage, read_manifest, start_run
 from include.stores import open_state_store
 from plugins.connectors.feishu.hook import FeishuHook
-from plugins.connectors.feishu.operators import FeishuExportFetchOperator
+from plugins.engine import RunContext, discover_stage, read_manifest, start_run
+from plugins.tributary_airflow.operators.feishu import FeishuExportFetchOperator
 from tests.simulators.feishu import FeishuSimulator
 from tests.support.airflow import write_sources
 
@@ -35,7 +35,7 @@ def _plan_one_batch(tmp_path: Path, monkeypatch, name: str, options: dict, run_i
         tmp_path / "sources.yaml", [{"kind": "feishu", "name": name, "schedule": None, "options": options}]
     )
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
-    from include.engine import get_source
+    from plugins.engine import get_source
 
     ctx = RunContext(source=get_source(f"feishu:{name}"), run_id=run_id)
     store = open_state_store()

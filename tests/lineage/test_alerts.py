@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI, Request
 
-from include.alerts import failed_item_breaches, resolve_webhook_url, slack_payload
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
+from plugins.engine.alerts import failed_item_breaches, resolve_webhook_url, slack_payload
 from tests.support.airflow import run_dag, write_sources
 from tests.support.server import serve_asgi
 

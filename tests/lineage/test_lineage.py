@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from include.cli import main as cli
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.index import open_index
-from include.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
+from plugins.engine.cli import main as cli
+from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report
 from tests.support.airflow import write_sources
 
 DOCS = {

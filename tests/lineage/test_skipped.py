@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.stores import open_state_store
-from include.ui import create_app
+from plugins.engine import run_pipeline
+from plugins.tributary_airflow.ui import create_app
 from tests.parsers.pdfgen import build_pdf
 from tests.support.server import serve_asgi
 

@@ -1,5 +1,5 @@
 """Parser warnings as lineage: a PDF with a scanned (image-only) page is indexed from its text
-layer, and its ``needs_ocr`` reaches the run-item row, ``include.lineage``'s reports, the CLI and
+layer, and its ``needs_ocr`` reaches the run-item row, ``plugins.engine.lineage``'s reports, the CLI and
 the audit pages (served on 127.0.0.1) instead of staying in the parser's metadata."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from include.cli import main as cli
 from include.config import SourceConfig
-from include.engine import run_pipeline
-from include.lineage import item_history, parser_warnings, run_report
 from include.settings import get_settings
 from include.stores import RunItem, open_state_store
-from include.ui import create_app
+from plugins.engine import run_pipeline
+from plugins.engine.cli import main as cli
+from plugins.engine.lineage import item_history, parser_warnings, run_report
+from plugins.tributary_airflow.ui import create_app
 from tests.parsers.pdfgen import build_pdf
 from tests.support.airflow import write_sources
 from tests.support.server import serve_asgi

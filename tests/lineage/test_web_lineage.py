@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.index import open_index
-from include.lineage import chunk_lineage, diff_runs, run_report
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
+from plugins.engine.lineage import chunk_lineage, diff_runs, run_report
 from tests.support.airflow import write_sources
 
 

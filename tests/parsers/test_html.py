@@ -192,7 +192,7 @@ LOGIN_WALL = b"""<!doctype html><html><head><title>Sign in</title></head><body>
 def test_html_where_a_pdf_was_promised_is_a_skipped_login_or_error_page(name: str, declared, url):
     with pytest.raises(ParseError) as err:
         _parse(LOGIN_WALL, declared=declared, url=url, name=name)
-    # empty: the run records the item as skipped (include/engine/commit.py), not as indexed
+    # empty: the run records the item as skipped (plugins/engine/commit.py), not as indexed
     assert err.value.code == ParseErrorCode.EMPTY
     assert err.value.message.startswith("login or error page")
 

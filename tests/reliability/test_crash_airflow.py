@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
+from plugins.engine import run_pipeline
 from tests.conftest import ROOT
 from tests.reliability._airflow_driver import DAG_ID, MARK, dag_run, snapshot
 from tests.support.airflow import ensure_airflow_db, write_sources

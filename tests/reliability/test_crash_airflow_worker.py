@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
+from plugins.engine import run_pipeline
 from tests.reliability._airflow_driver import DAG_ID, run_log, snapshot
 from tests.reliability.test_crash_airflow import _PER_HOME, _assert_same, _spec, _write_notes
 from tests.support.airflow import write_sources

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from include.config import SourceConfig
-from include.engine import RunParams, run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import RunParams, run_pipeline
 from tests.parsers.pdfgen import build_pdf
 
 # --------------------------------------------------------------------------- quarantine

@@ -4,7 +4,7 @@ A SIGKILLed in-process run (``tributary sync``; ``TRIBUTARY_FAILPOINT`` kills it
 boundary) runs no ``finally``: before, the run log showed it ``running`` forever and its staging
 directory (raw bytes included) stayed. The reaper judges it dead because its recorded process is
 gone, marks it failed with that reason and removes the staging; it runs when the next run of the
-source starts, and on demand (``python -m include.cli reap``). A run whose process lives is left
+source starts, and on demand (``python -m plugins.engine.cli reap``). A run whose process lives is left
 alone, and so is one on another host until its heartbeat is older than TRIBUTARY_REAP_AFTER_HOURS.
 """
 
@@ -23,11 +23,11 @@ import pytest
 import sqlalchemy as sa
 
 from include.config import SourceConfig
-from include.engine import RunContext, commit_stage, run_pipeline
-from include.engine.reaper import process_owner, reap_stale_runs
 from include.index import open_index
 from include.stores import open_state_store
 from include.stores.state import runs_table
+from plugins.engine import RunContext, commit_stage, run_pipeline
+from plugins.engine.reaper import process_owner, reap_stale_runs
 from tests.conftest import ROOT
 from tests.support.airflow import write_sources
 
@@ -48,7 +48,7 @@ def source(tmp_path: Path, tributary_home: Path, monkeypatch: pytest.MonkeyPatch
 def _killed_run(failpoint: str, run_id: str) -> int:
     """``run_pipeline`` in a child process that SIGKILLs itself at ``failpoint``; returns its pid."""
     code = (
-        "from include.engine import get_source, run_pipeline\n"
+        "from plugins.engine import get_source, run_pipeline\n"
         f"run_pipeline(get_source({SOURCE!r}), run_id={run_id!r})\n"
         "raise SystemExit('the failpoint did not fire')\n"
     )
@@ -91,7 +91,7 @@ def test_reap_command_closes_a_killed_run_and_leaves_a_live_one(source: SourceCo
     pid = _killed_run("fetch@1", "killed")
     store = open_state_store()
     store.start_run("live", SOURCE, run_type="inline", owner=process_owner())  # this process: alive
-    command = [sys.executable, "-m", "include.cli", "reap", "--no-airflow", "--json"]
+    command = [sys.executable, "-m", "plugins.engine.cli", "reap", "--no-airflow", "--json"]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     reaped = json.loads(out.stdout)

@@ -79,7 +79,7 @@ def test_next_run_reaps_killed_runs_whose_dag_run_failed_or_is_gone(tmp_path: Pa
 def test_reap_command_reads_the_metadata_db_outside_task_code(
     tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``python -m include.cli reap`` is not task code: it reads DAG runs from Airflow's metadata DB
+    """``python -m plugins.engine.cli reap`` is not task code: it reads DAG runs from Airflow's metadata DB
     (as Airflow's own CLI does). A run-log row whose DAG run does not exist there is reaped."""
     import json
     import os
@@ -97,7 +97,7 @@ def test_reap_command_reads_the_metadata_db_outside_task_code(
     StagingArea(DAG_ID, "manual__never").write_bytes("raw/x.md", b"# orphaned\n")
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "include.cli", "reap", "--json"],
+            [sys.executable, "-m", "plugins.engine.cli", "reap", "--json"],
             cwd=ROOT,
             capture_output=True,
             timeout=300,

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
+from plugins.engine import run_pipeline
 from tests.simulators.feishu import FeishuSimulator, demo_drive
 from tests.simulators.yuque import YuqueSimulator
 from tests.support.server import serve_asgi

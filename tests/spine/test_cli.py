@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from include.cli import main
+from plugins.engine.cli import main
 from tests.support.airflow import write_sources
 
 

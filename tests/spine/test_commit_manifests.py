@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from include.engine import RunContext, commit_stage, discover_stage, finish_stage, run_pipeline, start_run
-from include.engine.commit import MissingManifestsError
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import RunContext, commit_stage, discover_stage, finish_stage, run_pipeline, start_run
+from plugins.engine.commit import MissingManifestsError
 from tests.spine.test_idempotence import _process_batches, _snapshot, _source
 
 
@@ -55,7 +55,7 @@ def test_commit_names_the_batch_without_manifest_then_redoing_it_converges(folde
     assert store.items("files:t") == {} and store.run_items("lost", source="files:t") == []  # nothing committed
 
     # a retry of the batch's tasks (Airflow: clear fetch/parse/chunk/upsert of map index 1), then commit
-    from include.engine import chunk_stage, fetch_stage, open_connector, parse_stage, upsert_stage
+    from plugins.engine import chunk_stage, fetch_stage, open_connector, parse_stage, upsert_stage
 
     with open_connector(ctx) as connector:
         path = fetch_stage(str(ctx.staging.path("batch-0001.json")), connector)

@@ -37,7 +37,7 @@ def test_dagbag_imports_cleanly_offline(no_network: list, tmp_path: Path, monkey
 
 
 def test_factory_builds_one_dag_per_source_with_the_pipeline(tmp_path: Path, monkeypatch) -> None:
-    from include.dag_factory import build_dags
+    from plugins.tributary_airflow.dag_factory import build_dags
 
     sources = write_sources(
         tmp_path / "s.yaml",

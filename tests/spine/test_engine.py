@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from include.config import SourceConfig
-from include.engine import MassDeleteError, run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import MassDeleteError, run_pipeline
 
 DOCS = {
     "a.md": "# Alpha\n\nThe alpha page talks about river deltas and sediment.\n",

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from include.config import SourceConfig
-from include.engine import (
+from include.index import open_index
+from include.stores import open_state_store
+from plugins.engine import (
     RunContext,
     abort_run,
     chunk_stage,
@@ -30,8 +32,6 @@ from include.engine import (
     start_run,
     upsert_stage,
 )
-from include.index import open_index
-from include.stores import open_state_store
 
 
 def _source(root: Path) -> SourceConfig:
@@ -177,7 +177,7 @@ _KILL_INSIDE_UPSERT = textwrap.dedent(
     import os, signal, sys
     from include.index.sqlite_fts import SqliteFtsIndex
     from include.config import SourceConfig
-    from include.engine import run_pipeline
+    from plugins.engine import run_pipeline
 
     original = SqliteFtsIndex._upsert_one
     calls = []

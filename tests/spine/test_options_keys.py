@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
 from tests.support import leakscan
 from tests.support.airflow import write_sources
 from tests.web.helpers import serve_directory
@@ -87,7 +87,7 @@ def test_only_keys_with_a_fragment_or_dot_segment_resyncs_the_page_it_names(site
 
 
 def test_only_keys_from_the_cli_are_canonical(site, tributary_home: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    from include.cli import main
+    from plugins.engine.cli import main
 
     _, base = site
     sources = write_sources(
@@ -131,7 +131,7 @@ def test_the_trigger_form_refuses_a_key_carrying_a_credential(key: str) -> None:
     """Airflow validates Params when a run is triggered (UI form, REST conf): the run never exists."""
     from airflow.sdk.exceptions import ParamValidationError
 
-    from include.dag_factory import build_dag
+    from plugins.tributary_airflow.dag_factory import build_dag
 
     dag = build_dag(SourceConfig(kind="web", name="x", options={"seeds": ["https://example.org/"]}))
     param = dag.params.get_param("only_keys")
@@ -144,7 +144,7 @@ def test_a_value_one_dag_resolves_is_not_another_dags_default() -> None:
     """Airflow's ``Param.resolve`` keeps the value it resolved: DAGs sharing Param objects would
     hand one trigger's ``only_keys`` to every later run of every source (seen in the full suite:
     a Yuque DAG run received a web test's keys)."""
-    from include.dag_factory import build_dag
+    from plugins.tributary_airflow.dag_factory import build_dag
 
     first = build_dag(SourceConfig(kind="web", name="a", options={"seeds": ["https://example.org/"]}))
     first.params.get_param("only_keys").resolve(value=["https://example.org/faq.html"])
@@ -280,7 +280,7 @@ def test_options_of_every_kind_are_checked_without_importing_connectors(tmp_path
 
 
 def test_cli_sources_names_an_invalid_source(tmp_path: Path, monkeypatch, capsys) -> None:
-    from include.cli import main
+    from plugins.engine.cli import main
 
     sources = write_sources(
         tmp_path / "sources.yaml",

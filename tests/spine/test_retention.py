@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from include.config import SourceConfig
-from include.engine import RunContext, run_pipeline
 from include.stores import open_state_store
 from include.stores.state import run_items_table, runs_table
+from plugins.engine import RunContext, run_pipeline
 
 
 @pytest.fixture

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
-from include.engine import (
+from include.index import open_index
+from include.stores import open_state_store
+from plugins.engine import (
     RunContext,
     chunk_stage,
     commit_stage,
@@ -28,8 +30,6 @@ from include.engine import (
     start_run,
     upsert_stage,
 )
-from include.index import open_index
-from include.stores import open_state_store
 
 FAQ = "faq.html"
 

@@ -34,7 +34,7 @@ def write_sources(path: Path, sources: list[dict[str, Any]]) -> Path:
 
 def run_dag(dag_id: str, conf: dict[str, Any] | None = None) -> Any:
     """Build the DAG from the configured sources and run it in real Airflow with dag.test()."""
-    from include.dag_factory import build_dags
+    from plugins.tributary_airflow.dag_factory import build_dags
 
     ensure_airflow_db()
     dag = build_dags()[dag_id]

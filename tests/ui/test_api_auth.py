@@ -12,7 +12,7 @@ import jwt
 import pytest
 
 from include.stores import open_state_store
-from include.ui import create_app
+from plugins.tributary_airflow.ui import create_app
 from tests.support.airflow import ensure_airflow_db, write_sources
 from tests.support.server import serve_asgi
 
@@ -118,7 +118,7 @@ def test_limit_in_range_is_honoured(audit, limit: str, expected: int) -> None:
 
 def test_library_refuses_a_non_positive_limit(tributary_home: Path) -> None:
     """The CLI and the pages share ``list_runs``: -1 there would also have meant "everything"."""
-    from include.lineage import list_runs
+    from plugins.engine.lineage import list_runs
 
     store = open_state_store()
     try:

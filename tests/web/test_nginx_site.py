@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from include.config import SourceConfig
-from include.engine import run_pipeline
 from include.index import open_index
+from plugins.engine import run_pipeline
 from tests.web.nginx import requires_nginx, serve_nginx
 
 pytestmark = [requires_nginx, pytest.mark.slow]

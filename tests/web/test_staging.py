@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from include.config import SourceConfig
-from include.engine import RunContext, run_pipeline
+from plugins.engine import RunContext, run_pipeline
 
 
 def test_each_crawled_page_is_staged_once_with_its_extension(tributary_home: Path, demo_site) -> None:

@@ -8,9 +8,9 @@ import openpyxl
 import pytest
 
 from include.contract import document_id
-from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.engine import run_pipeline
 from tests.yuque.conftest import TOKEN, yuque_source
 from tests.yuque.sheet_models import GOLDEN
 

@@ -11,10 +11,10 @@ import pytest
 
 from include.config import SourceConfig
 from include.contract import document_id
-from include.engine import run_pipeline
 from include.index import open_index
 from include.stores import open_state_store
 from plugins.connectors.yuque import connector as yuque_connector
+from plugins.engine import run_pipeline
 from tests.yuque.conftest import yuque_source
 
 

@@ -73,7 +73,7 @@ def default_tenant_url(host: str) -> str:
 @register_connector
 class FeishuConnector(Connector):
     kind: ClassVar[str] = "feishu"
-    fetch_operator: ClassVar[str | None] = "plugins.connectors.feishu.operators.FeishuExportFetchOperator"
+    fetch_operator: ClassVar[str | None] = "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator"
 
     def __init__(self, source, context=None) -> None:
         super().__init__(source, context)

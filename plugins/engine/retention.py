@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from include.config import SourceConfig
-from include.engine.context import log
 from include.staging import StagingArea
+from plugins.engine.context import log
 
 __all__ = ["Retention", "prune_source"]
 

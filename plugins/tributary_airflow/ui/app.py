@@ -6,7 +6,7 @@ HTML (linked from Airflow's navigation):
   /items?source=&key=    an item's history across runs
   /chunks/{chunk_id}     a chunk traced to its run, source version and stages
   /diff?a=&b=            two runs compared item by item
-JSON: the same under /api/... (the dicts of ``include.lineage``).
+JSON: the same under /api/... (the dicts of ``plugins.engine.lineage``).
 
 Every route requires an Airflow user (the API server's JWT, as a bearer token or the UI's
 cookie): lineage names documents and errors, which are no one else's business. A missing,
@@ -26,8 +26,8 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from include import lineage
 from include.stores import StateStore
+from plugins.engine import lineage
 
 __all__ = ["MAX_LIMIT", "create_app"]
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
-from include.engine.context import log
 from include.staging import StagingArea
+from plugins.engine.context import log
 
 __all__ = [
     "DagRunState",
@@ -196,7 +196,7 @@ def retains_raw(source: SourceConfig) -> bool:
 def _keep_raw(source_id: str) -> bool:
     """``retains_raw`` of a configured source; True for one no longer configured (audit bytes
     are not removed on a guess)."""
-    from include.engine.context import get_source
+    from plugins.engine.context import get_source
 
     try:
         return retains_raw(get_source(source_id))

@@ -1,16 +1,16 @@
 """The sync engine: the stages every document travels, independent of Airflow.
 
 discover -> fetch (per batch) -> parse -> chunk -> upsert -> commit -> finish.
-Operators in ``plugins/operators`` call these functions one task each;
+Operators in ``plugins/tributary_airflow/operators`` call these functions one task each;
 :func:`run_pipeline` runs them all in-process.
 """
 
-from include.engine.commit import abort_run, commit_stage, finish_stage
-from include.engine.context import MassDeleteError, RunContext, RunParams, closed_run, get_source
-from include.engine.discover import discover_stage, open_connector
-from include.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
-from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
-from include.engine.runner import RunSummary, run_pipeline, start_run
+from plugins.engine.commit import abort_run, commit_stage, finish_stage
+from plugins.engine.context import MassDeleteError, RunContext, RunParams, closed_run, get_source
+from plugins.engine.discover import discover_stage, open_connector
+from plugins.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
+from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
+from plugins.engine.runner import RunSummary, run_pipeline, start_run
 
 __all__ = [
     "ItemFailure",

@@ -51,7 +51,7 @@ _MAX_ERRORS = 5
 DEFAULT_FAILED_ITEMS = 10
 DEFAULT_FAILED_SHARE = 0.25
 _MIN_FAILED_FOR_SHARE = 2
-DEFAULT_QUARANTINE_AFTER = 5  # as include.engine.discover reads it
+DEFAULT_QUARANTINE_AFTER = 5  # as plugins.engine.discover reads it
 
 
 def _conn_id() -> str:

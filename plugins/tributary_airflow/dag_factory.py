@@ -2,7 +2,7 @@
 
     discover -> fetch (mapped over batches) -> parse -> chunk -> upsert -> commit -> summary
 
-Everything the DAG does lives in ``plugins/operators`` and ``include/engine``; this module only
+Everything the DAG does lives in ``plugins/tributary_airflow/operators`` and ``plugins/engine``; this module only
 wires tasks together, so a DAG file stays two lines. Building a DAG touches no network and
 imports no parser, chunker or connector library: loading the sources file validates each
 source's options against its kind's model (``plugins/connectors/<kind>/options.py``, which
@@ -34,7 +34,7 @@ __all__ = ["InvalidSourcesError", "build_dag", "build_dags", "check_sources", "i
 # Connectors whose fetch stage waits in the triggerer instead of a worker slot. Kept here as
 # names (not imports) so that parsing DAG files never imports connector libraries.
 _FETCH_OPERATORS = {
-    "feishu": "plugins.connectors.feishu.operators.FeishuExportFetchOperator",
+    "feishu": "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator",
 }
 
 # Airflow validates Params with jsonschema but without a format checker, so "format: date-time"
@@ -129,7 +129,7 @@ changed since the last successful run.
 
 Trigger with a config to override: `full_resync`, `dry_run`, `max_items`, `window_start` /
 `window_end`, `only_keys`, `allow_mass_delete`. Per-run, per-item lineage:
-`python -m include.cli run <run_id>`.
+`python -m plugins.engine.cli run <run_id>`.
 """
 
 
@@ -145,7 +145,7 @@ def index_asset(source: SourceConfig) -> Asset:
 def _fetch_operator(source: SourceConfig) -> type:
     dotted = source.engine_options.fetch_operator or _FETCH_OPERATORS.get(source.kind)
     if not dotted:
-        from plugins.operators.sync import FetchOperator
+        from plugins.tributary_airflow.operators.sync import FetchOperator
 
         return FetchOperator
     module, _, name = dotted.rpartition(".")
@@ -175,7 +175,7 @@ def _source_id(context: Any) -> str:
     """The source a failing DAG syncs (run log rows are keyed by source and run id)."""
     dag_id = getattr(context.get("dag"), "dag_id", None) or "?"
     try:
-        from include.engine import get_source
+        from plugins.engine import get_source
 
         return get_source(dag_id).source_id
     except KeyError:
@@ -216,8 +216,8 @@ def _drop_rebuild(source_id: str, run: dict[str, Any] | None) -> None:
     """A failed full resync must not leave a half-written index generation behind."""
     if not run or not (run.get("params") or {}).get("full_resync") or (run.get("params") or {}).get("dry_run"):
         return
-    from include.engine import get_source
     from include.index import open_index
+    from plugins.engine import get_source
 
     index = open_index(get_source(source_id).index)
     try:
@@ -228,8 +228,8 @@ def _drop_rebuild(source_id: str, run: dict[str, Any] | None) -> None:
 
 def _on_failure(context: Any) -> None:
     """DAG run failed: mark it failed in the run log and post one summary to the alert webhook."""
-    from include.alerts import build_failure_summary, post_failure_summary
     from include.stores import open_state_store
+    from plugins.engine.alerts import build_failure_summary, post_failure_summary
 
     dag = context.get("dag")
     dag_id = getattr(dag, "dag_id", None) or "?"
@@ -261,7 +261,7 @@ def _on_failure(context: Any) -> None:
 
 
 def build_dag(source: SourceConfig) -> DAG:
-    from plugins.operators.sync import (
+    from plugins.tributary_airflow.operators.sync import (
         ChunkOperator,
         CommitStateOperator,
         DiscoverOperator,

@@ -15,7 +15,12 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, document_id
-from include.engine.manifests import (
+from include.index import DocumentRecord, DocumentWrite, IndexBackend
+from include.staging import StagingArea, StagingCorruptError
+from plugins.chunkers.registry import chunk_document
+from plugins.connectors.base import Connector
+from plugins.engine.lineage import parser_warnings
+from plugins.engine.manifests import (
     ItemFailure,
     corrupt_failure,
     load_raw,
@@ -24,11 +29,6 @@ from include.engine.manifests import (
     write_fetched_manifest,
     write_stage_manifest,
 )
-from include.index import DocumentRecord, DocumentWrite, IndexBackend
-from include.lineage import parser_warnings
-from include.staging import StagingArea, StagingCorruptError
-from plugins.chunkers.registry import chunk_document
-from plugins.connectors.base import Connector
 from plugins.parsers.registry import parse_document
 
 __all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]

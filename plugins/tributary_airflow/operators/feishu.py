@@ -3,7 +3,7 @@ then downloads and writes the same ``fetched`` manifest as the generic fetch tas
 
 The DAG factory uses it instead of the generic fetch task because
 ``FeishuConnector.fetch_operator`` names it. Waiting happens in
-:class:`~plugins.connectors.feishu.trigger.FeishuExportTrigger` so no worker slot is held;
+:class:`~plugins.tributary_airflow.triggers.feishu.FeishuExportTrigger` so no worker slot is held;
 with ``deferrable=False`` (option or argument) the same concurrent polling runs in the task.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["FeishuExportFetchOperator"]
 
 
 class FeishuExportFetchOperator(BaseOperator):
-    # Same signature as the generic plugins.operators.sync.FetchOperator: the DAG factory maps
+    # Same signature as the generic plugins.tributary_airflow.operators.sync.FetchOperator: the DAG factory maps
     # it over discover's batch manifests with ``.partial(source=...).expand(batch=...)``.
     template_fields: Sequence[str] = ("source", "batch")
     ui_color = "#d1f2eb"
@@ -35,13 +35,13 @@ class FeishuExportFetchOperator(BaseOperator):
         self.deferrable = deferrable
 
     def _connector(self, context: Any):
-        from include.engine import open_connector
-        from plugins.operators.sync import run_context
+        from plugins.engine import open_connector
+        from plugins.tributary_airflow.operators.sync import run_context
 
         return open_connector(run_context(self.source, context))
 
     def execute(self, context: Any) -> str:
-        from include.engine import read_batch
+        from plugins.engine import read_batch
 
         changes = read_batch(self.batch)
         with self._connector(context) as connector:
@@ -59,7 +59,7 @@ class FeishuExportFetchOperator(BaseOperator):
             return self._finish(connector, changes, tickets, refused)
 
     def _defer(self, connector, tickets: list[ExportTicket], failures: list[dict], staged: list[dict]) -> None:
-        from plugins.connectors.feishu.trigger import FeishuExportTrigger
+        from plugins.tributary_airflow.triggers.feishu import FeishuExportTrigger
 
         resume = connector.options.get("export_resume_after_done_seconds", 120)
         self.defer(
@@ -81,7 +81,7 @@ class FeishuExportFetchOperator(BaseOperator):
         failures: list[dict] | None = None,
         staged: list[dict] | None = None,
     ) -> str:
-        from include.engine import read_batch
+        from plugins.engine import read_batch
 
         failures, staged = list(failures or []), list(staged or [])
         tickets = [ExportTicket.from_dict(t) for t in event.get("tickets") or []]
@@ -112,7 +112,7 @@ class FeishuExportFetchOperator(BaseOperator):
         return self._write(docs, list(failures) + [_failure_dict(k, e) for k, e in more])
 
     def _write(self, docs, failures: list[dict]) -> str:
-        from include.engine import ItemFailure, write_fetched_manifest
+        from plugins.engine import ItemFailure, write_fetched_manifest
 
         all_failures = [ItemFailure(**f) for f in failures]
         self.log.info("fetched %d documents, %d failures", len(docs), len(all_failures))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from include.contract import ChangeKind, VersionEvidence, document_id
-from include.engine.context import MassDeleteError, RunContext, closed_run, log
 from include.failpoints import failpoint
 from include.index import open_index
 from include.settings import get_settings
 from include.stores import ItemState, StateStore
 from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
+from plugins.engine.context import MassDeleteError, RunContext, closed_run, log
 
 __all__ = ["discover_stage", "open_connector"]
 

@@ -1,7 +1,7 @@
 """Reusable Airflow operators for every stage of a sync.
 
 Each operator is thin: it resolves the source config and the run, then calls one function of
-``include.engine``. They exchange only manifest paths through XCom (the bytes live in the
+``plugins.engine``. They exchange only manifest paths through XCom (the bytes live in the
 staging area), so they can be dropped into any DAG::
 
     discover = DiscoverOperator(task_id="discover", source="web:demo")
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 if TYPE_CHECKING:
-    from include.engine import RunContext
+    from plugins.engine import RunContext
 
 __all__ = [
     "ChunkOperator",
@@ -41,7 +41,7 @@ __all__ = [
 
 def run_context(source: str, context: Any) -> RunContext:
     """Build the engine's RunContext from an Airflow task context."""
-    from include.engine import RunContext, RunParams, get_source
+    from plugins.engine import RunContext, RunParams, get_source
 
     src = get_source(source)
     dag_run = context.get("dag_run")
@@ -76,7 +76,7 @@ class _SourceOperator(BaseOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: source -> index datasets, with this task's counts as a ``tributary`` run facet."""
-        from include.lineage_ol import manifest_counts, operator_lineage
+        from plugins.tributary_airflow.lineage_ol import manifest_counts, operator_lineage
 
         result = self._lineage_result
         if isinstance(result, dict):
@@ -94,13 +94,13 @@ def _gone_with_closed_run(operator: _SourceOperator, context: Any, manifest: str
     """True when ``manifest`` is missing because its run finished (and cleaned its staging).
 
     Clearing a task of a finished run re-runs it over a staging area that no longer exists;
-    such a run is closed and the task has nothing to do (``include.engine.closed_run``).
+    such a run is closed and the task has nothing to do (``plugins.engine.closed_run``).
     A missing manifest of an open run is still an error.
     """
     if Path(manifest).exists():
         return False
-    from include.engine import closed_run
     from include.stores import open_state_store
+    from plugins.engine import closed_run
 
     ctx = run_context(operator.source, context)
     store = open_state_store()
@@ -121,8 +121,8 @@ class DiscoverOperator(_SourceOperator):
     """
 
     def execute(self, context: Any) -> list[str]:
-        from include.engine import discover_stage, start_run
         from include.stores import open_state_store
+        from plugins.engine import discover_stage, start_run
 
         ctx = run_context(self.source, context)
         store = open_state_store()
@@ -146,8 +146,8 @@ class FetchOperator(_SourceOperator):
         self.batch = batch
 
     def execute(self, context: Any) -> str:
-        from include.engine import fetch_stage, open_connector
-        from include.engine.manifests import next_manifest_path
+        from plugins.engine import fetch_stage, open_connector
+        from plugins.engine.manifests import next_manifest_path
 
         if _gone_with_closed_run(self, context, self.batch):
             return next_manifest_path(self.batch, "fetched")
@@ -169,8 +169,8 @@ class ParseOperator(_ManifestOperator):
     """Parse a batch's fetched bytes into ParsedDocuments (parser chosen by sniffed media type)."""
 
     def execute(self, context: Any) -> str:
-        from include.engine import get_source, parse_stage
-        from include.engine.manifests import next_manifest_path
+        from plugins.engine import get_source, parse_stage
+        from plugins.engine.manifests import next_manifest_path
 
         if _gone_with_closed_run(self, context, self.manifest):
             return next_manifest_path(self.manifest, "parsed")
@@ -182,8 +182,8 @@ class ChunkOperator(_ManifestOperator):
     """Chunk a batch's parsed documents with the source's chunker and options."""
 
     def execute(self, context: Any) -> str:
-        from include.engine import chunk_stage, get_source
-        from include.engine.manifests import next_manifest_path
+        from plugins.engine import chunk_stage, get_source
+        from plugins.engine.manifests import next_manifest_path
 
         if _gone_with_closed_run(self, context, self.manifest):
             return next_manifest_path(self.manifest, "chunked")
@@ -195,9 +195,9 @@ class UpsertOperator(_ManifestOperator):
     """Write a batch's chunks to the source's index (new first, stale deleted after)."""
 
     def execute(self, context: Any) -> str:
-        from include.engine import get_source, upsert_stage
-        from include.engine.manifests import next_manifest_path
         from include.index import open_index
+        from plugins.engine import get_source, upsert_stage
+        from plugins.engine.manifests import next_manifest_path
 
         if _gone_with_closed_run(self, context, self.manifest):
             return next_manifest_path(self.manifest, "upserted")
@@ -214,9 +214,9 @@ class CommitStateOperator(_SourceOperator):
         super().__init__(**kwargs)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from include.engine import commit_stage
         from include.index import open_index
         from include.stores import open_state_store
+        from plugins.engine import commit_stage
 
         ctx = run_context(self.source, context)
         store = open_state_store()
@@ -238,8 +238,8 @@ class RunSummaryOperator(_SourceOperator):
     template_fields: Sequence[str] = ("source", "counts")
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from include.engine import finish_stage
         from include.stores import open_state_store
+        from plugins.engine import finish_stage
 
         ctx = run_context(self.source, context)
         store = open_state_store()

@@ -13,15 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from include.alerts import alert_finished_run
 from include.contract import VersionEvidence, document_id
-from include.engine.context import RunContext, closed_run, log
-from include.engine.reaper import retains_raw
-from include.engine.retention import prune_source
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.staging import StagingArea
 from include.stores import ItemState, RunItem, StateStore
+from plugins.engine.alerts import alert_finished_run
+from plugins.engine.context import RunContext, closed_run, log
+from plugins.engine.reaper import retains_raw
+from plugins.engine.retention import prune_source
 
 __all__ = ["MissingManifestsError", "abort_run", "commit_stage", "end_rebuild", "finish_stage", "missing_batches"]
 
@@ -349,7 +349,7 @@ def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> 
     # retention first (this run is the newest, so always kept): its counts go into the summary
     counts.update(prune_source(store, ctx.source, keep_raw))
     store.finish_run(ctx.run_id, "success", counts, source=ctx.source.source_id)
-    # a success with many failed or newly quarantined items is not a silent one (include.alerts)
+    # a success with many failed or newly quarantined items is not a silent one (plugins.engine.alerts)
     alert_finished_run(ctx, store, counts)
     staging.cleanup(keep_raw=keep_raw)
     return counts

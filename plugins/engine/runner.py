@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
-from include.engine.commit import abort_run, commit_stage, finish_stage
-from include.engine.context import RunContext, RunParams, closed_run
-from include.engine.discover import discover_stage, open_connector
-from include.engine.manifests import next_manifest_path
-from include.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
-from include.engine.reaper import process_owner, reap_stale_runs, retains_raw, sdk_dag_run_state
 from include.index import open_index
 from include.stores import StateStore, open_state_store
+from plugins.engine.commit import abort_run, commit_stage, finish_stage
+from plugins.engine.context import RunContext, RunParams, closed_run
+from plugins.engine.discover import discover_stage, open_connector
+from plugins.engine.manifests import next_manifest_path
+from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
+from plugins.engine.reaper import process_owner, reap_stale_runs, retains_raw, sdk_dag_run_state
 
 __all__ = ["RunSummary", "run_pipeline", "start_run"]
 
@@ -40,7 +40,7 @@ def start_run(ctx: RunContext, store: StateStore) -> None:
     """Open the run in the run log (a retried discover reopens it; a finished run stays closed).
 
     First, earlier runs of the same source that died without closing (SIGKILLed) are marked
-    failed and their staging removed (``include.engine.reaper``).
+    failed and their staging removed (``plugins.engine.reaper``).
     """
     if closed_run(ctx, store) is not None:
         return

@@ -1,7 +1,7 @@
 """Lineage queries over the run log, the item state and the index, as JSON-able dicts.
 
-One function per question the people running Tributary ask; the CLI (``include.cli``) and the
-audit page in the Airflow UI (``include.ui``) both call these, so the two never disagree.
+One function per question the people running Tributary ask; the CLI (``plugins.engine.cli``) and the
+audit page in the Airflow UI (``plugins.tributary_airflow.ui``) both call these, so the two never disagree.
 
 - :func:`list_runs`: recent runs, optionally of one source, with counts.
 - :func:`run_report`: one run, its counts, a tally of item actions and the items (filterable).

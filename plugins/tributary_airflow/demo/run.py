@@ -17,8 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from include.demo.serve import SITE, serve_directory
 from include.settings import PROJECT_ROOT
+from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
 DAG_ID = "sync_web_demo"
 QUESTION = "who approves production access"

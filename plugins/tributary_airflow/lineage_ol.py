@@ -2,7 +2,7 @@
 and a run facet with the task's counts.
 
 ``apache-airflow-providers-openlineage`` calls each operator's
-``get_openlineage_facets_on_complete(task_instance)`` (see ``plugins/operators/sync.py``) and
+``get_openlineage_facets_on_complete(task_instance)`` (see ``plugins/tributary_airflow/operators/sync.py``) and
 emits the events through whatever transport Airflow is configured with (``[openlineage]
 transport``: file / console by default in our docs, HTTP for Marquez). Everything here is
 offline: datasets are named from configuration, never by calling the source.
@@ -91,7 +91,7 @@ def operator_lineage(
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from include.engine import get_source
+    from plugins.engine import get_source
 
     source = get_source(source_ref)
     in_ns, in_name = source_dataset(source)
@@ -114,7 +114,7 @@ def manifest_counts(path: str | None) -> dict[str, int]:
     if not path:
         return {}
     try:
-        from include.engine import read_manifest
+        from plugins.engine import read_manifest
 
         manifest = read_manifest(path)
     except Exception:  # the manifest may already be cleaned up: counts are best effort

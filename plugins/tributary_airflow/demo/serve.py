@@ -1,4 +1,4 @@
-"""Serve the demo site on 127.0.0.1 (``python -m include.demo.serve --port 8765``).
+"""Serve the demo site on 127.0.0.1 (``python -m plugins.tributary_airflow.demo.serve --port 8765``).
 
 Python's static file server answers ``If-Modified-Since`` with 304, which is all the demo
 needs to show an incremental resync; the crawler tests use nginx for ETags as well.

@@ -1,4 +1,4 @@
-"""Command line: ``python -m include.cli <command>`` (``--json`` on any query for machine output).
+"""Command line: ``python -m plugins.engine.cli <command>`` (``--json`` on any query for machine output).
 
 sources                       configured sources and their DAG ids (invalid ones on stderr, exit 1)
 sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--window-end T]
@@ -43,8 +43,8 @@ def _emit(obj: Any, as_json: bool, text: str) -> None:
 
 def _index_for(source: str | None):
     from include.config import IndexConfig
-    from include.engine import get_source
     from include.index import open_index
+    from plugins.engine import get_source
 
     return open_index(get_source(source).index if source else IndexConfig())
 
@@ -60,7 +60,7 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from include.engine import get_source, run_pipeline
+    from plugins.engine import get_source, run_pipeline
 
     params = {
         "full_resync": args.full_resync,
@@ -102,7 +102,7 @@ def _counts_text(counts: dict[str, Any]) -> str:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from include.lineage import list_runs
+    from plugins.engine.lineage import list_runs
 
     store = _store()
     try:
@@ -115,7 +115,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from include.engine.reaper import metadata_dag_run_state, reap_stale_runs
+    from plugins.engine.reaper import metadata_dag_run_state, reap_stale_runs
 
     store = _store()
     try:
@@ -131,7 +131,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from include.lineage import run_report, warnings_text
+    from plugins.engine.lineage import run_report, warnings_text
 
     store = _store()
     try:
@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_item(args: argparse.Namespace) -> int:
-    from include.lineage import item_history, warnings_text
+    from plugins.engine.lineage import item_history, warnings_text
 
     store = _store()
     try:
@@ -187,7 +187,7 @@ def cmd_item(args: argparse.Namespace) -> int:
 
 
 def cmd_chunk(args: argparse.Namespace) -> int:
-    from include.lineage import chunk_lineage
+    from plugins.engine.lineage import chunk_lineage
 
     store = _store()
     try:
@@ -211,7 +211,7 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from include.lineage import diff_runs
+    from plugins.engine.lineage import diff_runs
 
     store = _store()
     try:
@@ -234,7 +234,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m include.cli", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m plugins.engine.cli", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source")
     p.add_argument("--limit", type=int, default=20)
     p.set_defaults(fn=cmd_runs)
-    p = sub.add_parser("reap", parents=[common], help="close runs that died while running (include/engine/reaper.py)")
+    p = sub.add_parser("reap", parents=[common], help="close runs that died while running (plugins/engine/reaper.py)")
     p.add_argument("--source")
     p.add_argument("--no-airflow", action="store_true", help="judge in-process runs only (no Airflow metadata DB)")
     p.set_defaults(fn=cmd_reap)
