@@ -42,6 +42,7 @@ services:
 lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 ## make bench NAME=crawl: one benchmark (peers installed into .venv-bench only)
 bench: venv
