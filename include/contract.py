@@ -242,7 +242,7 @@ class Position:
         bbox = data.get("bbox")
         return cls(
             page=data.get("page"),
-            bbox=tuple(bbox) if bbox else None,  # type: ignore[arg-type]
+            bbox=tuple(bbox) if bbox else None,
             sheet=data.get("sheet"),
             row=data.get("row"),
             line=data.get("line"),

@@ -2,23 +2,44 @@
 
 from __future__ import annotations
 
+import importlib
+
 from include.config import IndexConfig
 from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, UpsertResult
 
-__all__ = ["DocumentRecord", "DocumentWrite", "IndexBackend", "SearchHit", "UpsertResult", "open_index"]
+__all__ = [
+    "BACKENDS",
+    "DocumentRecord",
+    "DocumentWrite",
+    "IndexBackend",
+    "SearchHit",
+    "UpsertResult",
+    "backend_class",
+    "open_index",
+]
+
+# Backend name -> "module:class", imported on first use. Deliberately by dotted path: the
+# Elasticsearch backend pulls in the ``elasticsearch`` client, which is heavy and an optional
+# dependency (a SQLite-only install lacks it), so importing ``include.index`` must not load it.
+BACKENDS: dict[str, str] = {
+    "sqlite": "include.index.sqlite_fts:SqliteFtsIndex",
+    "elasticsearch": "include.index.elasticsearch:ElasticsearchIndex",
+}
+
+
+def backend_class(name: str) -> type[IndexBackend]:
+    """The backend class registered under ``name``."""
+    try:
+        module, _, attr = BACKENDS[name].partition(":")
+    except KeyError:
+        raise ValueError(f"unknown index backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, IndexBackend)):
+        raise TypeError(f"{BACKENDS[name]} is not an IndexBackend")
+    return cls
 
 
 def open_index(config: IndexConfig | None = None) -> IndexBackend:
     """Open the configured backend: ``sqlite`` (embedded default) or ``elasticsearch``."""
     config = config or IndexConfig()
-    if config.backend == "sqlite":
-        from include.index.sqlite_fts import SqliteFtsIndex
-        from include.settings import get_settings
-
-        path = config.options.get("path") or get_settings().index_path
-        return SqliteFtsIndex(path, index_name=config.name)
-    if config.backend == "elasticsearch":
-        from include.index.elasticsearch import ElasticsearchIndex  # type: ignore[import-not-found]
-
-        return ElasticsearchIndex.from_config(config)
-    raise ValueError(f"unknown index backend {config.backend!r}")
+    return backend_class(config.backend).from_config(config)

@@ -1,8 +1,9 @@
-"""Pure builders for the Elasticsearch backend: chunk documents, write plans, bulk batches.
+"""Bulk writes for the Elasticsearch backend: chunk documents, write plans, and their sending.
 
-Nothing here talks to a server. ``elasticsearch.py`` feeds these functions what it read
-(existing content hashes and chunk ids) and sends what they return; ``run_bulk`` takes the
-send function as a parameter so its retry rules can be exercised on canned responses.
+The builders are pure: ``elasticsearch.py`` feeds them what it read (existing stamps and chunk
+ids). ``run_bulk`` hands the resulting ops to ``elasticsearch.helpers.streaming_bulk``, which
+chunks them by count and bytes and retries rejected items, and turns its answers into per-document
+outcomes.
 
 Write order (the ``IndexBackend`` contract): a document's new chunks go first; its stale chunks
 are deleted only once every one of its writes is confirmed. A document with nothing to write
@@ -13,11 +14,14 @@ common cases need a single round trip.
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from elasticsearch import Elasticsearch
+from elasticsearch.helpers import streaming_bulk
 
 from include.contract import Chunk
 from include.index.base import DocumentRecord, DocumentWrite
@@ -25,9 +29,9 @@ from include.index.base import DocumentRecord, DocumentWrite
 __all__ = [
     "STAMP_FIELDS",
     "BulkOp",
+    "BulkReport",
     "ItemOutcome",
     "WritePlan",
-    "batch_ops",
     "build_chunk_source",
     "chunk_stamp",
     "classify_item",
@@ -35,8 +39,11 @@ __all__ = [
     "index_op",
     "plan_writes",
     "run_bulk",
+    "source_to_record",
     "stored_stamp",
 ]
+
+log = logging.getLogger("include.index.elasticsearch")
 
 # Statuses worth sending again: too many requests (es_rejected_execution_exception: a full
 # write thread pool queue) and server-side failures. Everything else (mapping errors, 400s) is
@@ -159,14 +166,28 @@ def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- bulk operations
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class BulkOp:
-    """One bulk action, already serialised (header line + optional body line)."""
+    """One bulk action: an index of a chunk (its ``_source`` already serialised) or a delete."""
 
     kind: str  # "index" | "delete"
     doc_id: str
     chunk_id: str
-    payload: bytes  # NDJSON lines, each ending in "\n"
+    index: str
+    body: bytes | None = None  # the index op's serialised _source; None for a delete
+
+    def action(self) -> dict[str, Any]:
+        """The action as ``streaming_bulk`` takes it (its ``expand_action`` builds the header)."""
+        action: dict[str, Any] = {"_op_type": self.kind, "_index": self.index, "_id": self.chunk_id}
+        if self.body is not None:
+            action["_source"] = self.body  # bytes go out as they are: serialised once, here
+        return action
+
+    @property
+    def payload(self) -> bytes:
+        """The NDJSON lines the helper sends for this op (what its byte budget counts)."""
+        header = _dumps({self.kind: {"_id": self.chunk_id, "_index": self.index}}) + b"\n"
+        return header + (self.body + b"\n" if self.body is not None else b"")
 
     @property
     def size(self) -> int:
@@ -174,37 +195,17 @@ class BulkOp:
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    # as the client's JSON serializer writes it: UTF-8 (not \u escapes), no spaces
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def index_op(index: str, chunk: Chunk, doc: DocumentRecord, *, updated_at: str) -> BulkOp:
-    header = {"index": {"_index": index, "_id": chunk.chunk_id}}
     body = build_chunk_source(chunk, doc, updated_at=updated_at)
-    return BulkOp("index", doc.doc_id, chunk.chunk_id, _dumps(header) + _dumps(body))
+    return BulkOp("index", doc.doc_id, chunk.chunk_id, index, _dumps(body))
 
 
 def delete_op(index: str, doc_id: str, chunk_id: str) -> BulkOp:
-    return BulkOp("delete", doc_id, chunk_id, _dumps({"delete": {"_index": index, "_id": chunk_id}}))
-
-
-def batch_ops(ops: Iterable[BulkOp], *, max_count: int, max_bytes: int) -> Iterator[list[BulkOp]]:
-    """Group ops into bulk requests bounded by action count and body bytes.
-
-    An op larger than ``max_bytes`` on its own still goes out (alone): refusing it here would
-    silently drop the chunk, while Elasticsearch answers it with a per-item error we report.
-    """
-    if max_count < 1 or max_bytes < 1:
-        raise ValueError("max_count and max_bytes must be positive")
-    batch: list[BulkOp] = []
-    size = 0
-    for op in ops:
-        if batch and (len(batch) >= max_count or size + op.size > max_bytes):
-            yield batch
-            batch, size = [], 0
-        batch.append(op)
-        size += op.size
-    if batch:
-        yield batch
+    return BulkOp("delete", doc_id, chunk_id, index)
 
 
 # --------------------------------------------------------------------------- plans
@@ -277,24 +278,23 @@ def plan_writes(
 @dataclass(slots=True, frozen=True)
 class ItemOutcome:
     ok: bool
-    retry: bool = False
     error: str | None = None
     deleted: bool = False  # a delete that removed a document (not a 404)
 
 
 def classify_item(item: Mapping[str, Any]) -> ItemOutcome:
-    """Read one entry of a bulk response's ``items``."""
+    """Read one final entry of a bulk response's ``items`` (retries are the helper's, before)."""
     ((action, info),) = item.items()
     status = int(info.get("status", 0))
     if action == "delete" and status == 404:
         return ItemOutcome(ok=True)  # already gone: the goal of a delete
     if 200 <= status < 300:
         return ItemOutcome(ok=True, deleted=action == "delete" and info.get("result") == "deleted")
+    # an item's error is an object; a failed request's (the helper's per-item copy) a string
     err = info.get("error") or {}
     err_type = err.get("type", "") if isinstance(err, dict) else str(err)
     reason = err.get("reason", "") if isinstance(err, dict) else ""
-    retry = status in RETRYABLE_STATUSES or err_type in RETRYABLE_ERROR_TYPES
-    return ItemOutcome(ok=False, retry=retry, error=f"{status} {err_type}: {reason}".strip())
+    return ItemOutcome(ok=False, error=f"{status} {err_type}: {reason}" if reason else f"{status} {err_type}")
 
 
 @dataclass(slots=True)
@@ -308,57 +308,87 @@ class BulkReport:
     def fail(self, op: BulkOp, error: str) -> None:
         self.errors.setdefault(op.doc_id, []).append(f"{op.kind} {op.chunk_id}: {error}")
 
+    def record(self, op: BulkOp, outcome: ItemOutcome) -> None:
+        if not outcome.ok:
+            self.fail(op, outcome.error or "failed")
+        elif op.kind == "index":
+            self.written[op.doc_id] = self.written.get(op.doc_id, 0) + 1
+        elif outcome.deleted:
+            self.deleted[op.doc_id] = self.deleted.get(op.doc_id, 0) + 1
+
+
+class _Awaiting:
+    """Ops sent and not yet answered, found again by (action, ``_id``) from an answer item.
+
+    ``streaming_bulk`` yields an item when it is final, so a retried item comes out after later
+    ones: order says nothing, the item's own action and ``_id`` do.
+    """
+
+    def __init__(self, ops: Iterable[BulkOp]) -> None:
+        self._ops: dict[tuple[str, str], deque[BulkOp]] = {}
+        for op in ops:
+            self._ops.setdefault((op.kind, op.chunk_id), deque()).append(op)
+
+    def take(self, item: Mapping[str, Any]) -> BulkOp | None:
+        ((action, info),) = item.items()
+        queue = self._ops.get((action, str(info.get("_id"))))
+        return queue.popleft() if queue else None
+
+    def left(self) -> list[BulkOp]:
+        return [op for queue in self._ops.values() for op in queue]
+
 
 def run_bulk(
+    client: Elasticsearch,
     ops: Sequence[BulkOp],
-    send: Callable[[list[bytes]], Mapping[str, Any]],
     *,
     max_count: int,
     max_bytes: int,
     max_attempts: int = 5,
     initial_backoff: float = 0.5,
     max_backoff: float = 30.0,
-    sleep: Callable[[float], None] = time.sleep,
+    refresh: bool | str = False,
     report: BulkReport | None = None,
 ) -> BulkReport:
-    """Send ``ops`` in bounded batches; re-send rejected items with exponential backoff.
+    """Send ``ops`` through ``elasticsearch.helpers.streaming_bulk``; report each op's fate.
 
-    ``send`` posts one bulk body and returns the response; request-level retries are its
-    business (the backend wraps it in tenacity), and an exception it finally raises fails that
-    batch's documents, not the whole call. Items that stay rejected after
-    ``max_attempts`` are reported as failures of their document, never dropped.
+    The helper bounds each request by ``max_count`` actions and ``max_bytes`` (an op larger
+    than that goes alone rather than vanishing: Elasticsearch answers it, and we report that)
+    and re-sends items answered 429 or 5xx, doubling ``initial_backoff`` up to
+    ``max_backoff``, until ``max_attempts``. A request Elasticsearch refuses whole (an HTTP
+    error) fails that request's items only. A failure below HTTP (connection refused or
+    dropped, once the client's transport has retried it) ends the stream: every op not yet
+    answered fails with it. Nothing is dropped: an op the answers never mention is reported too.
     """
     report = report or BulkReport()
-    pending = list(ops)
-    attempt = 0
-    while pending:
-        attempt += 1
-        retry: list[BulkOp] = []
-        for batch in batch_ops(pending, max_count=max_count, max_bytes=max_bytes):
-            try:
-                resp = send([op.payload for op in batch])
-            except Exception as exc:  # request-level retries are exhausted: the batch's docs fail
-                for op in batch:
-                    report.fail(op, f"bulk request failed: {type(exc).__name__}: {exc}")
+    if max_count < 1 or max_bytes < 1:
+        raise ValueError("max_count and max_bytes must be positive")
+    awaiting = _Awaiting(ops)
+    answers = streaming_bulk(
+        client,
+        (op.action() for op in ops),
+        chunk_size=max_count,
+        max_chunk_bytes=max_bytes,
+        raise_on_error=False,  # item failures come back as items, to be reported per document
+        raise_on_exception=False,  # so does a request refused whole: its items fail, the rest go on
+        max_retries=max_attempts - 1,
+        initial_backoff=initial_backoff,
+        max_backoff=max_backoff,
+        # 429 (es_rejected_execution_exception, circuit_breaking_exception: a full queue or
+        # breaker) and 5xx pass; anything else (mapping errors, 400s) is the item's own fault
+        retry_on_status=tuple(sorted(RETRYABLE_STATUSES)),
+        refresh=refresh,
+    )
+    unanswered = "no answer for it in the bulk response"
+    try:
+        for _ok, item in answers:
+            op = awaiting.take(item)
+            if op is None:
+                log.warning("bulk answer for an action that was not sent: %s", item)
                 continue
-            items = resp.get("items") or []
-            if len(items) != len(batch):
-                for op in batch:
-                    report.fail(op, f"bulk response has {len(items)} items for {len(batch)} actions")
-                continue
-            for op, item in zip(batch, items, strict=True):
-                outcome = classify_item(item)
-                if outcome.ok:
-                    if op.kind == "index":
-                        report.written[op.doc_id] = report.written.get(op.doc_id, 0) + 1
-                    elif outcome.deleted:
-                        report.deleted[op.doc_id] = report.deleted.get(op.doc_id, 0) + 1
-                elif outcome.retry and attempt < max_attempts:
-                    retry.append(op)
-                else:
-                    report.fail(op, outcome.error or "failed")
-        pending = retry
-        if pending:
-            delay = min(max_backoff, initial_backoff * 2 ** (attempt - 1))
-            sleep(delay * (0.5 + random.random() / 2))  # jitter: workers retrying together spread out
+            report.record(op, classify_item(item))
+    except Exception as exc:  # the IndexBackend contract: failures are per document, never raised
+        unanswered = f"bulk request failed: {type(exc).__name__}: {exc}"
+    for op in awaiting.left():
+        report.fail(op, unanswered)
     return report

@@ -6,6 +6,8 @@ Airflow connection ``options.conn_id`` (default ``elasticsearch_default``) throu
 Elasticsearch provider's hook, which is where credentials belong.
 ``request_retrying``: connection failures, 429 (``es_rejected_execution_exception``) and 5xx
 are retried with jittered exponential backoff; anything else is the request's own fault.
+``bulk_client``: the client bulk writes go through. ``streaming_bulk`` retries 429 and 5xx
+itself, per item; what is left to the transport is a failure below HTTP.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from elasticsearch import ApiError, ConnectionError, ConnectionTimeout, Elastics
 
 from include.index._es_bulk import RETRYABLE_ERROR_TYPES, RETRYABLE_STATUSES
 
-__all__ = ["client_from_options", "request_retrying"]
+__all__ = ["bulk_client", "client_from_options", "request_retrying"]
 
 log = logging.getLogger("include.index.elasticsearch")
 
@@ -49,6 +51,25 @@ def request_retrying(*, max_attempts: int, initial_backoff: float, max_backoff: 
             rs.outcome.exception() if rs.outcome else "?",
         ),
         reraise=True,
+    )
+
+
+def bulk_client(
+    client: Elasticsearch, *, max_attempts: int, initial_backoff: float, max_backoff: float
+) -> Elasticsearch:
+    """``client`` with the transport retrying connection failures and timeouts of a bulk request.
+
+    Statuses are not retried here (``retry_on_status=()``): ``streaming_bulk`` re-sends 429 and
+    5xx answers, whole or per item, with its own backoff; both retrying would multiply attempts.
+    A timed-out bulk may have been applied, and re-sending it is harmless: ids are deterministic.
+    """
+    return client.options(
+        max_retries=max_attempts - 1,
+        retry_on_status=(),
+        retry_on_timeout=True,
+        # jittered exponential backoff (the transport's "equal jitter"): workers spread out
+        retry_backoff_base=initial_backoff,
+        retry_backoff_cap=max_backoff,
     )
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
+from include.config import IndexConfig
 from include.contract import Chunk
 
 __all__ = ["DocumentRecord", "DocumentWrite", "IndexBackend", "SearchHit", "UpsertResult"]
@@ -69,9 +70,14 @@ class SearchHit:
 
 
 class IndexBackend(abc.ABC):
-    """One named index. Implementations: ``include.index.sqlite_fts`` and (later) Elasticsearch."""
+    """One named index. Implementations: ``include.index.sqlite_fts`` and ``include.index.elasticsearch``."""
 
     backend_name: str = "abstract"
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, config: IndexConfig) -> Self:
+        """Open the index a source's ``index:`` block names (``open_index`` calls this)."""
 
     @abc.abstractmethod
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:

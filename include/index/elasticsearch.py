@@ -10,8 +10,9 @@ Writes follow ``IndexBackend``: content hashes, URLs and titles already stored a
 first (``mget`` is real-time, so this holds even with ``refresh=false``) and chunks whose text
 and place are unchanged are skipped (a renamed or moved document is rewritten, as in SQLite); new
 chunks are bulk-indexed under deterministic ``_id`` (= chunk id) and stale ones deleted by id
-after them (see ``_es_bulk``). Rejections (429, ``es_rejected_execution_exception``) and 5xx
-answers are retried with backoff, per item and per request (tenacity); whatever still fails is
+after them (see ``_es_bulk``, which sends through ``elasticsearch.helpers.streaming_bulk``).
+Rejections (429, ``es_rejected_execution_exception``) and 5xx answers are retried with backoff:
+bulk items by the helper, other requests by tenacity (``_es_client``); whatever still fails is
 returned per document in ``UpsertResult``, never raised for the batch.
 
 Connection: ``options.url`` or ``$ELASTICSEARCH_URL`` (credentials may be in the URL; an API key
@@ -25,11 +26,12 @@ Other ``options``: ``refresh`` (``wait_for`` default, ``true``, ``false``), ``sh
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from importlib.metadata import version
+from typing import Any, Self, TypeVar
 
-import elasticsearch
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from include.config import IndexConfig
@@ -41,7 +43,7 @@ from include.index._es_bulk import (
     source_to_record,
     stored_stamp,
 )
-from include.index._es_client import client_from_options, request_retrying
+from include.index._es_client import bulk_client, client_from_options, request_retrying
 from include.index._es_mapping import (
     SEARCH_FIELDS,
     index_mappings,
@@ -58,7 +60,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_REFRESH_POLICIES = {"false": False, "true": True, "wait_for": "wait_for"}
+_REFRESH_POLICIES: dict[str, bool | str] = {"false": False, "true": True, "wait_for": "wait_for"}
+_CLIENT_VERSION = version("elasticsearch")
 _MGET_SLICE = 1000
 _PAGE = 5000
 _REBUILD_META_KEY = "tributary_rebuild_source"
@@ -102,10 +105,13 @@ class ElasticsearchIndex(IndexBackend):
         self._retrying = request_retrying(
             max_attempts=max_attempts, initial_backoff=initial_backoff, max_backoff=max_backoff
         )
+        self._bulk_es = bulk_client(
+            self._es, max_attempts=max_attempts, initial_backoff=initial_backoff, max_backoff=max_backoff
+        )
         self.ensure_index()
 
     @classmethod
-    def from_config(cls, config: IndexConfig) -> ElasticsearchIndex:
+    def from_config(cls, config: IndexConfig) -> Self:
         opts = dict(config.options)
         tuning = {
             k: opts[k]
@@ -140,7 +146,7 @@ class ElasticsearchIndex(IndexBackend):
         The 9.x client negotiates ``compatible-with=9``: an 8.x server answers every request
         with a 400 ``media_type_header_exception``; say what is wrong instead.
         """
-        client_major = elasticsearch.__versionstr__.split(".")[0]
+        client_major = _CLIENT_VERSION.split(".")[0]
         try:
             number = str(self._call(self._es.info).body["version"]["number"])
         except BadRequestError as exc:
@@ -153,7 +159,7 @@ class ElasticsearchIndex(IndexBackend):
         if number.split(".")[0] != client_major:
             raise RuntimeError(
                 f"Elasticsearch server {number} does not match the client's major version "
-                f"{elasticsearch.__versionstr__}; run Elasticsearch {client_major}.x"
+                f"{_CLIENT_VERSION}; run Elasticsearch {client_major}.x"
             )
         return number
 
@@ -196,12 +202,6 @@ class ElasticsearchIndex(IndexBackend):
         meta = mapping.get(index, {}).get("mappings", {}).get("_meta", {}) or {}
         return index, meta.get(_REBUILD_META_KEY)
 
-    def _send(self, target_refresh: bool | str) -> Callable[[list[bytes]], Mapping[str, Any]]:
-        def send(lines: list[bytes]) -> Mapping[str, Any]:
-            return self._call(self._es.bulk, operations=lines, refresh=target_refresh).body  # type: ignore[arg-type]
-
-        return send
-
     # ------------------------------------------------------------------------------ writes
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:
         if not writes:
@@ -229,16 +229,19 @@ class ElasticsearchIndex(IndexBackend):
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         plan = plan_writes(writes, index=target, existing=stamps, existing_ids=ids, updated_at=now)
         report = BulkReport()
-        bulk = {
-            "max_count": self.bulk_max_count,
-            "max_bytes": self.bulk_max_bytes,
-            "max_attempts": self.max_attempts,
-            "initial_backoff": self.initial_backoff,
-            "max_backoff": self.max_backoff,
-        }
-        send = self._send(self.refresh)
-        run_bulk(plan.first_wave(), send, report=report, **bulk)
-        run_bulk(plan.second_wave(set(report.errors)), send, report=report, **bulk)
+        bulk = functools.partial(
+            run_bulk,
+            self._bulk_es,
+            max_count=self.bulk_max_count,
+            max_bytes=self.bulk_max_bytes,
+            max_attempts=self.max_attempts,
+            initial_backoff=self.initial_backoff,
+            max_backoff=self.max_backoff,
+            refresh=self.refresh,
+            report=report,
+        )
+        bulk(plan.first_wave())
+        bulk(plan.second_wave(set(report.errors)))  # stale chunks of documents whose writes all landed
         results = []
         for p in plan.docs:
             errors = report.errors.get(p.doc_id)
@@ -275,7 +278,9 @@ class ElasticsearchIndex(IndexBackend):
             out.setdefault(src["doc_id"], set()).add(cid)
         return out
 
-    def _scan(self, index: str, query: Mapping[str, Any], fields: list[str] | None) -> Iterator[tuple[str, dict]]:
+    def _scan(
+        self, index: str, query: Mapping[str, Any], fields: list[str] | None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """All hits of ``query`` by ``search_after`` on the chunk id (no scroll context to leak)."""
         after: list[Any] | None = None
         while True:

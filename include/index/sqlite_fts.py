@@ -17,11 +17,13 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
 from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.settings import get_settings
 
 __all__ = ["SqliteFtsIndex", "fts_query", "segment_cjk"]
 
@@ -88,6 +90,12 @@ class SqliteFtsIndex(IndexBackend):
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=60000")
         self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def from_config(cls, config: IndexConfig) -> Self:
+        """``options.path`` or the settings' index file (``$TRIBUTARY_INDEX_PATH``)."""
+        path = config.options.get("path") or get_settings().index_path
+        return cls(path, index_name=config.name)
 
     # ------------------------------------------------------------------------------- writes
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:

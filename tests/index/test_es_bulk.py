@@ -1,25 +1,24 @@
-"""The Elasticsearch bulk builders: chunk documents, write plans, batching, response handling.
+"""The Elasticsearch bulk writes: chunk documents, write plans, and ``run_bulk``'s outcomes.
 
-``run_bulk`` is exercised with a ``send`` function that answers the way Elasticsearch's bulk
-API does (shape per the ES 9 docs): it plays the server's part deterministically so the retry
-rules can be checked without a cluster. The same code runs against a real server in the
-contract suite when ELASTICSEARCH_URL is set.
+``run_bulk`` sends through ``elasticsearch.helpers.streaming_bulk`` and the official client,
+over real HTTP, to a bulk simulator on 127.0.0.1 (``tests.index.bulk_server``) that answers the
+way Elasticsearch's bulk API does (shape per the ES 9 docs) from a per-chunk script, so the
+chunking and retry rules can be checked without a cluster. The same code runs against a real
+server in the contract suite when ELASTICSEARCH_URL is set.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from elastic_transport import ApiResponseMeta, HttpHeaders, NodeConfig
-from elasticsearch import ApiError, BadRequestError, ConnectionError
+from elasticsearch import ApiError, BadRequestError, ConnectionError, Elasticsearch
 
 from include.contract import Position
 from include.index._es_bulk import (
     BulkOp,
-    batch_ops,
     build_chunk_source,
     chunk_stamp,
     classify_item,
@@ -30,8 +29,10 @@ from include.index._es_bulk import (
     source_to_record,
     stored_stamp,
 )
-from include.index._es_client import _retryable
+from include.index._es_client import _retryable, bulk_client
+from tests.index.bulk_server import BulkCluster, bulk_cluster
 from tests.index.helpers import make_write
+from tests.support.server import free_port
 
 NOW = "2026-11-30T04:00:00.000+00:00"
 
@@ -113,26 +114,50 @@ def test_index_and_delete_ops_are_ndjson_with_deterministic_ids() -> None:
 # --------------------------------------------------------------------------- batching
 
 
-def _op(i: int, size: int) -> BulkOp:
-    return BulkOp("delete", "d", f"c{i}", b"x" * (size - 1) + b"\n")
+def _deletes(n: int) -> list[BulkOp]:
+    return [delete_op("idx", "d", f"c{i}") for i in range(n)]
 
 
-def test_batches_are_bounded_by_count_and_bytes_and_keep_order() -> None:
-    ops = [_op(i, 100) for i in range(10)]
-    by_count = list(batch_ops(ops, max_count=3, max_bytes=10_000))
-    assert [len(b) for b in by_count] == [3, 3, 3, 1]
-    by_bytes = list(batch_ops(ops, max_count=100, max_bytes=250))
-    assert [len(b) for b in by_bytes] == [2] * 5
-    assert [op.chunk_id for b in by_bytes for op in b] == [f"c{i}" for i in range(10)]
-    assert all(sum(o.size for o in b) <= 250 for b in by_bytes)
+def test_requests_are_bounded_by_count_and_bytes_and_keep_order() -> None:
+    ops = _deletes(10)
+    cluster = BulkCluster()
+    with bulk_cluster(cluster) as es:
+        run_bulk(es, ops, max_count=3, max_bytes=10_000)
+    assert [len(r) for r in cluster.requests] == [3, 3, 3, 1]
+    budget = 2 * ops[0].size + 1  # room for two deletes, not three
+    cluster = BulkCluster()
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(es, ops, max_count=100, max_bytes=budget)
+    assert [len(r) for r in cluster.requests] == [2] * 5
+    assert [cid for r in cluster.requests for cid in r] == [f"c{i}" for i in range(10)]
+    assert report.deleted == {"d": 10} and report.errors == {}
 
 
 def test_an_op_over_the_byte_budget_travels_alone_rather_than_vanishing() -> None:
-    ops = [_op(0, 10), _op(1, 1000), _op(2, 10)]
-    assert [[o.chunk_id for o in b] for b in batch_ops(ops, max_count=10, max_bytes=100)] == [["c0"], ["c1"], ["c2"]]
-    assert list(batch_ops([], max_count=1, max_bytes=1)) == []
+    w = make_write("web:demo", "a.html", ["small", "big " * 200, "small too"])
+    ops = [index_op("idx", c, w.document, updated_at=NOW) for c in w.chunks]
+    budget = ops[0].size + ops[2].size  # the two small ones would fit together; the big one not
+    cluster = BulkCluster()
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(es, ops, max_count=10, max_bytes=budget)
+    assert cluster.requests == [[c.chunk_id] for c in w.chunks]
+    assert report.written == {w.document.doc_id: 3}
     with pytest.raises(ValueError):
-        list(batch_ops(ops, max_count=0, max_bytes=1))
+        run_bulk(es, ops, max_count=0, max_bytes=1)
+
+
+def test_a_request_refused_whole_fails_its_own_documents_only() -> None:
+    # Elasticsearch refuses a body over http.max_content_length with a 413 for the request
+    big = make_write("web:demo", "big.html", ["big " * 200])
+    small = make_write("web:demo", "small.html", ["small"])
+    ops = [index_op("idx", w.chunks[0], w.document, updated_at=NOW) for w in (big, small)]
+    cluster = BulkCluster(max_content_length=ops[0].size - 1)
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(es, ops, max_count=1, max_bytes=1 << 20)
+    assert len(cluster.requests) == 2  # a 413 is not retried
+    [error] = report.errors[big.document.doc_id]
+    assert error.startswith(f"index {big.chunks[0].chunk_id}: 413")
+    assert report.written == {small.document.doc_id: 1} and small.document.doc_id not in report.errors
 
 
 # --------------------------------------------------------------------------- plans
@@ -221,69 +246,42 @@ def _item(action: str, status: int, error_type: str | None = None, result: str |
 
 
 @pytest.mark.parametrize(
-    ("item", "ok", "retry", "deleted"),
+    ("item", "ok", "deleted"),
     [
-        (_item("index", 201, result="created"), True, False, False),
-        (_item("index", 200, result="updated"), True, False, False),
-        (_item("delete", 200, result="deleted"), True, False, True),
-        (_item("delete", 404, result="not_found"), True, False, False),
-        (_item("index", 429, "es_rejected_execution_exception"), False, True, False),
-        (_item("index", 503, "unavailable_shards_exception"), False, True, False),
-        (_item("index", 500, "internal_server_error"), False, True, False),
-        (_item("index", 400, "document_parsing_exception"), False, False, False),
-        (_item("index", 409, "version_conflict_engine_exception"), False, False, False),
+        (_item("index", 201, result="created"), True, False),
+        (_item("index", 200, result="updated"), True, False),
+        (_item("delete", 200, result="deleted"), True, True),
+        (_item("delete", 404, result="not_found"), True, False),
+        (_item("index", 429, "es_rejected_execution_exception"), False, False),
+        (_item("index", 400, "document_parsing_exception"), False, False),
+        (_item("index", 409, "version_conflict_engine_exception"), False, False),
     ],
 )
-def test_classify_bulk_items(item: dict[str, Any], ok: bool, retry: bool, deleted: bool) -> None:
+def test_classify_bulk_items(item: dict[str, Any], ok: bool, deleted: bool) -> None:
     out = classify_item(item)
-    assert (out.ok, out.retry, out.deleted) == (ok, retry, deleted)
+    assert (out.ok, out.deleted) == (ok, deleted)
     if not ok:
-        assert out.error and str(next(iter(item.values()))["status"]) in out.error
+        info = next(iter(item.values()))
+        assert out.error == f"{info['status']} {info['error']['type']}: {info['error']['reason']}"
 
 
-class _Cluster:
-    """Answers bulk bodies like ES: per-item status from a script keyed by chunk id and attempt."""
-
-    def __init__(self, script: Mapping[str, list[int]]) -> None:
-        self.script = script
-        self.seen: dict[str, int] = {}
-        self.requests: list[list[str]] = []
-
-    def __call__(self, lines: list[bytes]) -> dict[str, Any]:
-        items, ids = [], []
-        for payload in lines:
-            header = json.loads(payload.split(b"\n", 1)[0])
-            ((action, meta),) = header.items()
-            cid = meta["_id"]
-            ids.append(cid)
-            n = self.seen.get(cid, 0)
-            self.seen[cid] = n + 1
-            statuses = self.script.get(cid, [])
-            status = statuses[n] if n < len(statuses) else (201 if action == "index" else 200)
-            err = {429: "es_rejected_execution_exception", 400: "document_parsing_exception", 503: "unavailable"}.get(
-                status
-            )
-            items.append(_item(action, status, err, "deleted" if action == "delete" and status == 200 else None))
-        self.requests.append(ids)
-        return {"errors": any("error" in next(iter(i.values())) for i in items), "items": items}
+def test_classify_a_failed_requests_item_copy() -> None:
+    # streaming_bulk's item for an action whose whole request failed: the error is a string
+    out = classify_item({"index": {"_id": "x", "status": 413, "error": "ApiError(413, 'request too large')"}})
+    assert (out.ok, out.error) == (False, "413 ApiError(413, 'request too large')")
 
 
 def test_run_bulk_retries_rejected_items_with_backoff_until_they_land() -> None:
     w = make_write("web:demo", "a.html", ["a", "b", "c"])
     ops = [index_op("idx", c, w.document, updated_at=NOW) for c in w.chunks]
-    cluster = _Cluster({w.chunks[1].chunk_id: [429, 503], w.chunks[2].chunk_id: [429]})
-    sleeps: list[float] = []
-    report = run_bulk(ops, cluster, max_count=2, max_bytes=1 << 20, sleep=sleeps.append, initial_backoff=1.0)
+    a, b, c = (ch.chunk_id for ch in w.chunks)
+    cluster = BulkCluster({b: [429, 503], c: [429]})
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(es, ops, max_count=2, max_bytes=1 << 20, initial_backoff=0.01)
     assert report.errors == {}
     assert report.written == {w.document.doc_id: 3}
-    # first pass in two bulks (count bound 2), then only the rejected items go again
-    assert cluster.requests == [
-        [w.chunks[0].chunk_id, w.chunks[1].chunk_id],
-        [w.chunks[2].chunk_id],
-        [w.chunks[1].chunk_id, w.chunks[2].chunk_id],
-        [w.chunks[1].chunk_id],
-    ]
-    assert len(sleeps) == 2 and 0.5 <= sleeps[0] <= 1.0 and 1.0 <= sleeps[1] <= 2.0  # exponential, jittered
+    # two requests (count bound 2); each is retried, with only its rejected items, before the next
+    assert cluster.requests == [[a, b], [b], [b], [c], [c]]
 
 
 def test_run_bulk_reports_items_that_never_land_and_hard_failures_per_document() -> None:
@@ -291,10 +289,12 @@ def test_run_bulk_reports_items_that_never_land_and_hard_failures_per_document()
     b = make_write("web:demo", "b.html", ["b0"])
     ops = [index_op("idx", c, w.document, updated_at=NOW) for w in (a, b) for c in w.chunks]
     ops.append(delete_op("idx", b.document.doc_id, "gone-00009"))
-    cluster = _Cluster({a.chunks[1].chunk_id: [429] * 10, b.chunks[0].chunk_id: [400]})
-    report = run_bulk(ops, cluster, max_count=100, max_bytes=1 << 20, max_attempts=3, sleep=lambda s: None)
+    ops.append(delete_op("idx", b.document.doc_id, "never-there-00010"))
+    cluster = BulkCluster({a.chunks[1].chunk_id: [429] * 10, b.chunks[0].chunk_id: [400], "never-there-00010": [404]})
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(es, ops, max_count=100, max_bytes=1 << 20, max_attempts=3, initial_backoff=0.01)
     assert report.written == {a.document.doc_id: 1}
-    assert report.deleted == {b.document.doc_id: 1}
+    assert report.deleted == {b.document.doc_id: 1}  # the 404 is done, but removed nothing
     assert list(report.errors) == [b.document.doc_id, a.document.doc_id]
     assert "document_parsing_exception" in report.errors[b.document.doc_id][0]
     assert "429 es_rejected_execution_exception" in report.errors[a.document.doc_id][0]
@@ -305,25 +305,46 @@ def test_run_bulk_reports_items_that_never_land_and_hard_failures_per_document()
 def test_run_bulk_reports_a_malformed_response_instead_of_guessing() -> None:
     w = make_write("web:demo", "a.html", ["a", "b"])
     ops = [index_op("idx", c, w.document, updated_at=NOW) for c in w.chunks]
-    report = run_bulk(ops, lambda lines: {"items": []}, max_count=10, max_bytes=1 << 20)
-    assert len(report.errors[w.document.doc_id]) == 2 and report.written == {}
+    with bulk_cluster(BulkCluster(answer_items=False)) as es:
+        report = run_bulk(es, ops, max_count=10, max_bytes=1 << 20)
+    assert report.written == {}
+    assert [e.split(": ", 1)[1] for e in report.errors[w.document.doc_id]] == [
+        "no answer for it in the bulk response"
+    ] * 2
 
 
-def test_run_bulk_turns_a_failed_request_into_failures_of_that_batchs_documents() -> None:
-    a = make_write("web:demo", "a.html", ["a0"])
-    b = make_write("web:demo", "b.html", ["b0"])
-    ops = [index_op("idx", w.chunks[0], w.document, updated_at=NOW) for w in (a, b)]
-    calls: list[int] = []
+def test_a_dropped_connection_is_retried_by_the_transport() -> None:
+    w = make_write("web:demo", "a.html", ["a0"])
+    cluster = BulkCluster(drop_requests={1})
+    with bulk_cluster(cluster) as es:
+        report = run_bulk(
+            es, [index_op("idx", w.chunks[0], w.document, updated_at=NOW)], max_count=1, max_bytes=1 << 20
+        )
+    assert report.written == {w.document.doc_id: 1} and report.errors == {}
+    assert len(cluster.requests) == 2
 
-    def send(lines: list[bytes]) -> dict[str, Any]:
-        calls.append(len(lines))
-        if len(calls) == 1:
-            raise ConnectionError("connection refused")
-        return _Cluster({})(lines)
 
-    report = run_bulk(ops, send, max_count=1, max_bytes=1 << 20)
-    assert "bulk request failed: ConnectionError" in report.errors[a.document.doc_id][0]
-    assert report.written == {b.document.doc_id: 1} and b.document.doc_id not in report.errors
+def test_a_cluster_lost_mid_stream_fails_every_op_not_yet_answered() -> None:
+    a, b, c = (make_write("web:demo", f"{n}.html", [f"{n}0"]) for n in "abc")
+    ops = [index_op("idx", w.chunks[0], w.document, updated_at=NOW) for w in (a, b, c)]
+    cluster = BulkCluster(drop_requests={2, 3, 4})  # the second request, and both its retries
+    with bulk_cluster(cluster, max_attempts=3) as es:
+        report = run_bulk(es, ops, max_count=1, max_bytes=1 << 20)
+    assert report.written == {a.document.doc_id: 1} and a.document.doc_id not in report.errors
+    assert len(cluster.requests) == 4  # c is never sent: the cluster is gone
+    for w in (b, c):
+        [error] = report.errors[w.document.doc_id]
+        assert "bulk request failed: ConnectionError" in error
+
+
+def test_an_unreachable_cluster_fails_every_op() -> None:
+    w = make_write("web:demo", "a.html", ["a0", "a1"])
+    ops = [index_op("idx", c, w.document, updated_at=NOW) for c in w.chunks]
+    base = Elasticsearch(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    es = bulk_client(base, max_attempts=2, initial_backoff=0.01, max_backoff=0.05)
+    report = run_bulk(es, ops, max_count=1, max_bytes=1 << 20)
+    base.close()
+    assert report.written == {} and len(report.errors[w.document.doc_id]) == 2
 
 
 # --------------------------------------------------------------------------- request-level retries
