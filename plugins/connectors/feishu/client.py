@@ -11,7 +11,6 @@ when the gateway rejects it. Every body is streamed and capped after its content
 from __future__ import annotations
 
 import logging
-import random
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from typing import Any
 from urllib.parse import unquote
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception
+import redis
+from tenacity import Retrying
 
 from plugins.connectors.feishu.answers import DEFAULT_MAX_RESPONSE_BYTES, Answer, decode_json, read_answer
 from plugins.connectors.feishu.budget import RequestBudget
@@ -35,6 +35,7 @@ from plugins.connectors.feishu.errors import (
 )
 from plugins.connectors.feishu.token import TokenCache, UserTokenCache
 from plugins.connectors.http_body import ACCEPT_ENCODING
+from plugins.connectors.retry import RetryPolicy
 
 __all__ = [
     "Download",
@@ -93,33 +94,28 @@ class Download:
 # --------------------------------------------------------------------------- shared pieces
 
 
-def _stop(max_attempts: int, rate_limit_max_wait: float):
-    def stop(state: RetryCallState) -> bool:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, FeishuRateLimited):
-            # A limit is a promise the call will succeed later: bound it by time, not attempts.
-            return (state.seconds_since_start or 0.0) >= rate_limit_max_wait
-        return state.attempt_number >= max_attempts
-
-    return stop
-
-
-def _wait(state: RetryCallState) -> float:
-    exc = state.outcome.exception() if state.outcome else None
-    if isinstance(exc, FeishuRateLimited) and exc.retry_after is not None:
-        # Wait what the gateway says plus a little jitter so workers do not return in lockstep.
-        return exc.retry_after + random.uniform(0.05, 0.25)
-    return min(30.0, 0.5 * 2 ** (state.attempt_number - 1)) * random.uniform(0.5, 1.0)
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, FeishuError) and exc.retryable
 
 
 def retry_policy(max_attempts: int, rate_limit_max_wait: float) -> dict[str, Any]:
-    """Keyword arguments for tenacity's ``Retrying``/``AsyncRetrying``."""
-    return {
-        "retry": retry_if_exception(lambda e: isinstance(e, FeishuError) and e.retryable),
-        "stop": _stop(max_attempts, rate_limit_max_wait),
-        "wait": _wait,
-        "reraise": True,
-    }
+    """Keyword arguments for tenacity's ``Retrying``/``AsyncRetrying``: the shared policy
+    (:mod:`plugins.connectors.retry`) with Feishu's settings. A rate limit is a promise the call
+    will succeed later: it is bounded by ``rate_limit_max_wait``, not by attempts; its reset hint
+    (``x-ogw-ratelimit-reset`` or ``Retry-After``) is waited plus a little jitter so that workers
+    do not return in lockstep."""
+    return RetryPolicy(
+        "feishu",
+        retry_on=_retryable,
+        max_attempts=max_attempts,
+        backoff_initial=0.25,
+        backoff_max=30.0,
+        jitter=0.25,
+        max_retry_after=rate_limit_max_wait,
+        hint_jitter=0.25,
+        deadline=rate_limit_max_wait,
+        patient=lambda exc: isinstance(exc, FeishuRateLimited),
+    ).kwargs()
 
 
 _EXT_PARAM = re.compile(r"""filename\*\s*=\s*([^']*)'[^']*'([^;\s]+)""", re.IGNORECASE)
@@ -171,8 +167,6 @@ def ssl_context() -> Any:
 def _redis_client(url: str | None) -> Any:
     if not url:
         return None
-    import redis
-
     return redis.Redis.from_url(url)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from plugins.connectors.retry import parse_retry_after
+
 __all__ = [
     "RATE_LIMIT_CODES",
     "TOKEN_INVALID_CODES",
@@ -159,11 +161,12 @@ class FeishuNetworkError(FeishuError):
 
 
 def _reset_hint(headers: Any) -> float | None:
-    raw = headers.get("x-ogw-ratelimit-reset") if headers is not None else None
-    try:
-        return max(0.0, float(raw)) if raw is not None else None
-    except ValueError:
+    """Seconds until the limit resets: the gateway's ``x-ogw-ratelimit-reset``, else a standard
+    ``Retry-After`` (delta-seconds or HTTP-date)."""
+    if headers is None:
         return None
+    hint = parse_retry_after(headers.get("x-ogw-ratelimit-reset"))
+    return hint if hint is not None else parse_retry_after(headers.get("retry-after"))
 
 
 def credentials_error(exc: FeishuError, app_id: str, what: str) -> FeishuError:

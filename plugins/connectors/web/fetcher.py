@@ -5,23 +5,22 @@ the source's scope and the address guard before a connection is opened. Credenti
 added per request, only for the origins their ``CredentialScope`` admits. The raw body is
 streamed and decoded (``plugins.connectors.http_body``), layer by layer in bounded steps, and the download
 aborted once the decoded size passes the limit (a gzip-of-gzip bomb is cut too). Retries
-(tenacity, exponential backoff): network errors, timeouts, 429, 5xx; never other 4xx. One
-deadline covers all attempts of a URL, backoff included.
+(``plugins.connectors.retry``: a 429/503's ``Retry-After``, else exponential backoff with
+jitter): network errors, timeouts, 429, 5xx; never other 4xx. One deadline covers all attempts
+of a URL, backoff included.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import ssl
-import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from plugins.connectors.http_body import (
     ACCEPT_ENCODING,
@@ -30,6 +29,7 @@ from plugins.connectors.http_body import (
     UnsupportedEncoding,
     aread_capped,
 )
+from plugins.connectors.retry import RetryPolicy, parse_retry_after
 from plugins.connectors.web.auth import Credentials, CredentialScope
 from plugins.connectors.web.politeness import LocalPoliteness, Politeness
 from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
@@ -120,20 +120,6 @@ class _Final(Exception):
         self.kind = kind
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP-date), capped at 60 s."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), _MAX_RETRY_AFTER_S)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, min(when.timestamp() - time.time(), _MAX_RETRY_AFTER_S))
-
-
 async def _check_location(response: httpx.Response) -> None:
     """httpx parses a redirect's ``Location`` even when not following it, and reports one it
     cannot parse (``http://0127.0.0.1/``: leading zeros) as a RemoteProtocolError, a network
@@ -161,6 +147,7 @@ class Fetcher:
         self.politeness: Politeness = politeness or LocalPoliteness()
         self.delay_for = delay_for
         self.retries = 0
+        self.retry_stats: Counter[str] = Counter()  # retry/web/<event>, over every URL
         self.credentials = Credentials(config.headers, config.cookies, config.auth, config.credential_scope)
         self._client = httpx.AsyncClient(
             # Only what every host may see; credentials are added per request (_pinned_request).
@@ -192,14 +179,7 @@ class Fetcher:
         ``accept(url, content_type)`` decides whether a 2xx body is worth downloading."""
         result = FetchResult(requested=url, url=url)
         deadline = _Deadline(self.config.total_timeout_seconds)
-        out_of_attempts = stop_after_attempt(self.config.retries + 1)
-        retrying = AsyncRetrying(
-            # tenacity computes the next sleep before asking stop: no retry the deadline would cut.
-            stop=lambda state: out_of_attempts(state) or deadline.remaining() - state.upcoming_sleep <= 0,
-            wait=lambda state: max(0.0, min(self._wait(state), deadline.remaining())),
-            retry=retry_if_exception_type((_Retryable, httpx.TransportError, TimeoutError)),
-            reraise=True,
-        )
+        retrying = self._policy(deadline).async_retrying()
         try:
             async for attempt in retrying:
                 with attempt:
@@ -224,14 +204,20 @@ class Fetcher:
             result.error, result.message = "dns", str(exc)
         return result
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        backoff = min(self.config.backoff_seconds * 2 ** (state.attempt_number - 1), self.config.max_backoff_seconds)
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
-            # The politeness layer already holds the host until then; waiting here as well
-            # keeps this URL's attempts from queueing ahead of the host's slot.
-            return max(backoff, exc.retry_after)
-        return backoff
+    def _policy(self, deadline: _Deadline) -> RetryPolicy:
+        return RetryPolicy(
+            "web",
+            retry_on=lambda exc: isinstance(exc, _Retryable | httpx.TransportError | TimeoutError),
+            max_attempts=self.config.retries + 1,
+            backoff_initial=self.config.backoff_seconds,
+            backoff_max=self.config.max_backoff_seconds,
+            jitter=self.config.backoff_seconds / 2,
+            max_retry_after=_MAX_RETRY_AFTER_S,
+            # The politeness layer holds the host until a Retry-After has passed; waiting here as
+            # well keeps this URL's attempts from queueing ahead of the host's slot.
+            deadline=deadline.remaining,
+            stats=self.retry_stats,
+        )
 
     async def _fetch_once(
         self,
@@ -280,7 +266,7 @@ class Fetcher:
             result.url, result.status = current, status
             result.headers = {k.lower(): v for k, v in response.headers.items()}
             if status == 429 or status == 503:
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                retry_after = parse_retry_after(response.headers.get("retry-after"), cap=_MAX_RETRY_AFTER_S)
                 host = host_key(current)
                 await self.politeness.penalize(host, retry_after, self.delay_for(host))
                 raise _Retryable(f"http_{status}", f"HTTP {status} from {current}", retry_after)

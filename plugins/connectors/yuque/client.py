@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from plugins.connectors.http_body import (
     ACCEPT_ENCODING,
@@ -31,11 +30,11 @@ from plugins.connectors.http_body import (
     UnsupportedEncoding,
     read_capped,
 )
+from plugins.connectors.retry import RetryPolicy
 from plugins.connectors.yuque.budget import RequestBudget
 from plugins.connectors.yuque.errors import (
     YuqueBudgetExhausted,
     YuqueError,
-    YuqueRateLimitError,
     YuqueRedirectError,
     YuqueResponseTooLarge,
     YuqueTransportError,
@@ -121,12 +120,18 @@ class YuqueClient:
         self.budget = budget
         # Yuque's limit is per account: learn the token's account (one /user) before counting
         self._bind_pending = bind_account and budget is not None
-        self._max_attempts = max_attempts
-        self._max_retry_after = max_retry_after
+        self.retry_policy = RetryPolicy(
+            "yuque",
+            retry_on=_retryable,
+            max_attempts=max_attempts,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            jitter=backoff_initial,
+            max_retry_after=max_retry_after,
+        )
         if max_response_bytes < 1:
             raise ValueError("max_response_bytes must be positive")
         self.max_response_bytes = max_response_bytes
-        self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max, jitter=backoff_initial)
         self._sleep = sleep
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -141,12 +146,6 @@ class YuqueClient:
         )
 
     # ------------------------------------------------------------------ transport
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, YuqueRateLimitError) and exc.retry_after is not None:
-            return min(exc.retry_after, self._max_retry_after)
-        return self._backoff(state)
 
     def _bind(self) -> None:
         """Move the budget to the token's account (``/user`` id; a team token's is the group's)."""
@@ -201,16 +200,8 @@ class YuqueClient:
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """GET ``path`` (relative to /api/v2) and return the JSON envelope ``{"data", "meta"?}``."""
-        retrying = Retrying(
-            stop=stop_after_attempt(self._max_attempts),
-            wait=self._wait,
-            retry=retry_if_exception(_retryable),
-            sleep=self._sleep,
-            reraise=True,
-            before_sleep=lambda s: log.info(
-                "Yuque %s failed (%s); retry %d", path, type(s.outcome.exception()).__name__, s.attempt_number
-            ),
-        )
+        # the sleep is looked up per call: a caller (a test) may swap it on a live client
+        retrying = self.retry_policy.retrying(sleep=self._sleep)
         return retrying(self._send, path, params)
 
     # ------------------------------------------------------------------ endpoints

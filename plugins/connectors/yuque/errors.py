@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from plugins.connectors.retry import parse_retry_after
+
 __all__ = [
     "YuqueAuthError",
     "YuqueBudgetExhausted",
@@ -108,16 +110,6 @@ class YuqueBudgetExhausted(YuqueError):
         self.reset_in = reset_in
 
 
-def _parse_retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        # HTTP-date form; Yuque has never been seen sending it, so a conservative default
-        return None
-
-
 def error_for_response(status: int, body: Any, headers: Any = None) -> YuqueError:
     """Map an error response to its typed exception."""
     message = ""
@@ -136,7 +128,8 @@ def error_for_response(status: int, body: Any, headers: Any = None) -> YuqueErro
     if status in (400, 422):
         return YuqueValidationError(text, status=status, body=body)
     if status == 429:
-        retry_after = _parse_retry_after(headers.get("retry-after") if headers is not None else None)
+        # capped where it is honoured (the client's max_retry_after)
+        retry_after = parse_retry_after(headers.get("retry-after") if headers is not None else None)
         return YuqueRateLimitError(text, status=status, body=body, retry_after=retry_after)
     if status >= 500:
         return YuqueServerError(text, status=status, body=body)
