@@ -40,8 +40,9 @@ def test_columns_missing_from_an_older_database_are_added(url: str) -> None:
             assert set(columns) <= {c["name"] for c in inspector.get_columns(table)}
         store.start_run("after", "files:m", run_type="inline", owner={"host": "h", "pid": 1})
         store.record_run_items("after", "files:m", [RunItem(item_key="a.md", action="new")])
-        assert store.get_run("after", "files:m")["owner"] == {"host": "h", "pid": 1}
-        assert store.get_run("before", "files:m")["owner"] is None  # old rows stay valid
+        after, before = store.get_run("after", "files:m"), store.get_run("before", "files:m")
+        assert after is not None and after["owner"] == {"host": "h", "pid": 1}
+        assert before is not None and before["owner"] is None  # old rows stay valid
         assert [r["run_id"] for r in store.running_runs("files:m")] == ["before", "after"]
     finally:
         store.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,25 +13,30 @@ from include.stores import ItemState, RunItem, StateStore
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path):
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
     url = f"sqlite:///{tmp_path / 'state.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
     s = StateStore(url)
     yield s
     s.close()
 
 
-def _item(key: str, **kw) -> ItemState:
-    base = dict(
-        source="web:t",
-        item_key=key,
-        doc_id=f"doc-{key}",
-        version=VersionEvidence(etag='"v1"'),
-        content_hash="h1",
-        processing_hash="p1",
-        chunk_ids=[f"doc-{key}-00000"],
-    )
-    base.update(kw)
-    return ItemState(**base)
+def _item(key: str, **kw: Any) -> ItemState:
+    base: dict[str, Any] = {
+        "source": "web:t",
+        "item_key": key,
+        "doc_id": f"doc-{key}",
+        "version": VersionEvidence(etag='"v1"'),
+        "content_hash": "h1",
+        "processing_hash": "p1",
+        "chunk_ids": [f"doc-{key}-00000"],
+    }
+    return ItemState(**(base | kw))
+
+
+def _run(store: StateStore, run_id: str, source: str | None = None) -> dict[str, Any]:
+    run = store.get_run(run_id, source)
+    assert run is not None, f"no run {run_id!r}"
+    return run
 
 
 def test_items_round_trip_and_replace(store: StateStore) -> None:
@@ -43,8 +50,9 @@ def test_items_round_trip_and_replace(store: StateStore) -> None:
     store.save_items([_item("a", version=VersionEvidence(etag='"v2"'), chunk_ids=["x", "y"])])
     again = store.items("web:t")
     assert len(again) == 2
-    assert again["a"].version.etag == '"v2"' and again["a"].chunk_ids == ["x", "y"]
-    assert store.find_by_doc_id("doc-a").item_key == "a"
+    assert again["a"].version == VersionEvidence(etag='"v2"') and again["a"].chunk_ids == ["x", "y"]
+    found = store.find_by_doc_id("doc-a")
+    assert found is not None and found.item_key == "a"
     store.delete_items("web:t", ["a"])
     assert set(store.items("web:t")) == {"b"}
     assert store.items("web:other") == {}
@@ -56,7 +64,7 @@ def test_run_log_and_lineage_are_idempotent(store: StateStore) -> None:
     # a re-run of the commit task writes the same rows again
     store.record_run_items("r1", "web:t", [RunItem("a", "new", chunks_added=["c1"])])
     store.finish_run("r1", "success", {"new": 1, "failed": 1}, source="web:t")
-    run = store.get_run("r1")
+    run = _run(store, "r1")
     assert run["status"] == "success" and run["counts"] == {"new": 1, "failed": 1}
     assert [i["item_key"] for i in store.run_items("r1")] == ["a", "b"]
     assert [i["item_key"] for i in store.run_items("r1", action="failed")] == ["b"]
@@ -75,8 +83,8 @@ def test_same_run_id_in_two_sources_does_not_collide(store: StateStore) -> None:
     store.record_run_items(rid, "yuque:b", [RunItem("doc", "changed")])
     store.finish_run(rid, "success", {"new": 1}, source="web:a")
     store.finish_run(rid, "failed", {}, error="boom", source="yuque:b")
-    assert store.get_run(rid, "web:a")["status"] == "success"
-    assert store.get_run(rid, "yuque:b")["status"] == "failed"
+    assert _run(store, rid, "web:a")["status"] == "success"
+    assert _run(store, rid, "yuque:b")["status"] == "failed"
     assert [i["item_key"] for i in store.run_items(rid, source="web:a")] == ["page"]
     assert [i["item_key"] for i in store.run_items(rid, source="yuque:b")] == ["doc"]
 
