@@ -2,8 +2,9 @@
 
 ``client_from_options``: ``options.url`` or ``$ELASTICSEARCH_URL`` (an API key only from
 ``$ELASTICSEARCH_API_KEY``: source configs refuse credentials, see ``include.config``), else the
-Airflow connection ``options.conn_id`` (default ``elasticsearch_default``) through the
-Elasticsearch provider's hook, which is where credentials belong.
+Airflow connection ``options.conn_id`` (default ``elasticsearch_default``), read through
+``include.connections`` (Airflow's secrets backends are where credentials belong) and turned
+into a client the way the Elasticsearch provider's hook does it.
 ``request_retrying``: connection failures, 429 (``es_rejected_execution_exception``) and 5xx
 are retried with jittered exponential backoff; anything else is the request's own fault.
 ``bulk_client``: the client bulk writes go through. ``streaming_bulk`` retries 429 and 5xx
@@ -20,9 +21,10 @@ from typing import Any
 import tenacity
 from elasticsearch import ApiError, ConnectionError, ConnectionTimeout, Elasticsearch
 
+from include.connections import ConnectionRecord, get_connection
 from include.index._es_bulk import RETRYABLE_ERROR_TYPES, RETRYABLE_STATUSES
 
-__all__ = ["bulk_client", "client_from_options", "request_retrying"]
+__all__ = ["bulk_client", "client_from_connection", "client_from_options", "request_retrying"]
 
 log = logging.getLogger("include.index.elasticsearch")
 
@@ -87,9 +89,22 @@ def client_from_options(options: Mapping[str, Any]) -> Elasticsearch:
         if "verify_certs" in options:
             kwargs["verify_certs"] = bool(options["verify_certs"])
         return Elasticsearch(url, **kwargs)
-    # The provider's hook resolves the connection through Airflow (metadata DB, env
-    # AIRFLOW_CONN_*, or a secrets backend) and applies its ES-version compatibility shim.
-    from airflow.providers.elasticsearch.hooks.elasticsearch import ElasticsearchSQLHook
+    return client_from_connection(get_connection(options.get("conn_id") or "elasticsearch_default"))
 
-    conn_id = options.get("conn_id") or "elasticsearch_default"
-    return ElasticsearchSQLHook(elasticsearch_conn_id=conn_id).get_conn().es
+
+# extras the provider's hook reads for its SQL cursor, not client arguments
+_SQL_CURSOR_EXTRAS = frozenset({"fetch_size", "field_multi_value_leniency"})
+
+
+def client_from_connection(conn: ConnectionRecord) -> Elasticsearch:
+    """A client for an ``elasticsearch`` connection, as the provider's ``ElasticsearchSQLHook``
+    builds one: ``schema`` is the URL scheme, login and password basic auth, and the extras
+    (``api_key``, ``ca_certs``, ``verify_certs``...) client arguments. The provider's
+    ``es_compat_with`` shim is left out: ``ElasticsearchIndex`` runs against a 9.x server only."""
+    url = f"{conn.schema or 'http'}://{conn.host or 'localhost'}:{conn.port or 9200}/"
+    kwargs = {k: v for k, v in conn.extra.items() if k not in _SQL_CURSOR_EXTRAS}
+    if "http_compress" in kwargs:
+        kwargs["http_compress"] = bool(kwargs["http_compress"])
+    if conn.login and conn.password:
+        kwargs["basic_auth"] = (conn.login, conn.password)
+    return Elasticsearch(url, **kwargs)

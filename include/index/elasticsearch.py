@@ -17,7 +17,7 @@ returned per document in ``UpsertResult``, never raised for the batch.
 
 Connection: ``options.url`` or ``$ELASTICSEARCH_URL`` (credentials may be in the URL; an API key
 in ``$ELASTICSEARCH_API_KEY``), else the Airflow connection ``options.conn_id`` (default
-``elasticsearch_default``) through the Elasticsearch provider's hook (``_es_client``).
+``elasticsearch_default``) read through ``include.connections`` (``_es_client``).
 Other ``options``: ``refresh`` (``wait_for`` default, ``true``, ``false``), ``shards``,
 ``replicas``, ``bulk_max_count``, ``bulk_max_bytes``, ``max_attempts``, ``initial_backoff``,
 ``max_backoff``, ``request_timeout``.

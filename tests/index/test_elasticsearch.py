@@ -3,15 +3,22 @@ connection set-up, which needs no server."""
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from include.config import IndexConfig
 from include.index import open_index
 from include.index._es_mapping import physical_index_pattern, rebuild_alias, template_name
 from tests.index.helpers import make_write
+from tests.support.server import serve_asgi
 
 SRC = "web:demo"
 
@@ -154,18 +161,52 @@ def test_client_from_url_option_and_environment(monkeypatch: pytest.MonkeyPatch)
     client.close()
 
 
-def test_client_from_airflow_connection_through_the_provider_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+def _header_echo() -> tuple[Starlette, list[dict[str, str]]]:
+    """A server answering ``GET /`` as Elasticsearch does, keeping each request's headers."""
+    seen: list[dict[str, str]] = []
+
+    async def info(request: Request) -> JSONResponse:
+        seen.append(dict(request.headers))
+        body = {
+            "name": "echo",
+            "cluster_name": "echo",
+            "version": {"number": "9.5.1"},
+            "tagline": "You Know, for Search",
+        }
+        return JSONResponse(body, headers={"X-Elastic-Product": "Elasticsearch"})
+
+    return Starlette(routes=[Route("/", info)]), seen
+
+
+def test_client_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     from include.index.elasticsearch import client_from_options
 
-    monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:1")  # an explicit conn_id wins
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_ES_TRIBUTARY",
-        '{"conn_type": "elasticsearch", "host": "127.0.0.1", "port": 9277, "schema": "http", "login": "u", "password": "p"}',
-    )
-    client = client_from_options({"conn_id": "es_tributary"})
-    node = client.transport.node_pool.get()
-    assert (node.config.scheme, node.config.host, node.config.port) == ("http", "127.0.0.1", 9277)
-    client.close()
+    app, seen = _header_echo()
+    with serve_asgi(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:1")  # an explicit conn_id wins
+        conn = {"conn_type": "elasticsearch", "host": "127.0.0.1", "port": port, "schema": "http"}
+        monkeypatch.setenv("AIRFLOW_CONN_ES_TRIBUTARY", json.dumps({**conn, "login": "u", "password": "p"}))
+        client = client_from_options({"conn_id": "es_tributary"})
+        assert client.info().body["version"]["number"] == "9.5.1"
+        client.close()
+    assert seen[0]["authorization"] == "Basic " + base64.b64encode(b"u:p").decode()
+
+
+def test_client_from_a_connection_record_takes_its_extras_as_client_arguments() -> None:
+    from include.connections import ConnectionRecord
+    from include.index._es_client import client_from_connection
+
+    app, seen = _header_echo()
+    with serve_asgi(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        # fetch_size belongs to the provider's SQL cursor: not a client argument
+        extra = {"api_key": "k3y", "request_timeout": 7, "fetch_size": 500}
+        record = ConnectionRecord("es", "elasticsearch", host="127.0.0.1", schema="http", port=port, extra=extra)
+        client = client_from_connection(record)
+        client.info()
+        client.close()
+    assert seen[0]["authorization"] == "ApiKey k3y"
 
 
 def test_bad_options_are_refused_before_any_request() -> None:
