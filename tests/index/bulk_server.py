@@ -39,6 +39,7 @@ class BulkCluster:
     answer_items: bool = True  # False: answer without the items (a malformed response)
     seen: dict[str, int] = field(default_factory=dict)
     requests: list[list[str]] = field(default_factory=list)  # chunk ids of each request, in order
+    bodies: list[bytes] = field(default_factory=list)  # each request body as received
 
     def answer(self, body: bytes) -> dict[str, Any]:
         lines = iter(body.splitlines())
@@ -67,6 +68,7 @@ class BulkCluster:
             if not message.get("more_body"):
                 break
         number = len(self.requests) + 1
+        self.bodies.append(body)
         if self.max_content_length is not None and len(body) > self.max_content_length:
             self.requests.append([])
             await _respond(send, 413, b"")

@@ -133,6 +133,15 @@ def test_requests_are_bounded_by_count_and_bytes_and_keep_order() -> None:
     assert report.deleted == {"d": 10} and report.errors == {}
 
 
+def test_an_ops_size_is_the_bytes_the_helper_sends_for_it() -> None:
+    w = make_write("web:demo", "中文.html", ["中文的内容", "two"])
+    ops = [index_op("idx", w.chunks[0], w.document, updated_at=NOW), delete_op("idx", "d", "d-00001")]
+    cluster = BulkCluster()
+    with bulk_cluster(cluster) as es:
+        run_bulk(es, ops, max_count=1, max_bytes=1 << 20)
+    assert cluster.bodies == [op.payload for op in ops]
+
+
 def test_an_op_over_the_byte_budget_travels_alone_rather_than_vanishing() -> None:
     w = make_write("web:demo", "a.html", ["small", "big " * 200, "small too"])
     ops = [index_op("idx", c, w.document, updated_at=NOW) for c in w.chunks]
