@@ -266,7 +266,7 @@ class RateLimiter:
         self._redis: Any = redis_client
         if self._owns_client:
             self._redis = redis.Redis.from_url(str(redis_url), socket_timeout=5, socket_connect_timeout=5)
-        self._script = self._redis.register_script(_SCRIPT) if self._redis is not None else None
+        self._script: Any = self._redis.register_script(_SCRIPT) if self._redis is not None else None
 
     @property
     def shared(self) -> bool:

@@ -88,7 +88,7 @@ class RetryPolicy:
     # ---------------------------------------------------------------- the steps
 
     def _backoff(self, attempt: int) -> float:
-        exp = self.backoff_initial * 2 ** (attempt - 1)
+        exp = float(self.backoff_initial * 2 ** (attempt - 1))
         return min(exp + random.uniform(0, self.jitter), self.backoff_max)
 
     def wait(self, state: RetryCallState) -> float:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+import ssl
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
+import certifi
 import httpx
 import redis
 from tenacity import Retrying
@@ -47,6 +49,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 DEFAULT_BASE_URL = "https://open.feishu.cn"
 # One listing's page bound: 200 rows a page makes this 2 million items in one folder.
@@ -149,17 +153,13 @@ def filename_from_disposition(header: str | None) -> str | None:
         return name or None
 
 
-_SSL_CONTEXT: Any = None
+_SSL_CONTEXT: ssl.SSLContext | None = None
 
 
-def ssl_context() -> Any:
+def ssl_context() -> ssl.SSLContext:
     """One verified SSL context per process: building one loads the CA bundle (~0.3 s)."""
     global _SSL_CONTEXT
     if _SSL_CONTEXT is None:
-        import ssl
-
-        import certifi
-
         _SSL_CONTEXT = ssl.create_default_context(cafile=certifi.where())
     return _SSL_CONTEXT
 
@@ -296,7 +296,7 @@ class FeishuClient:
     def _send(self, method: str, path: str, token: str, **kwargs: Any) -> Answer:
         return self._exchange(method, path, f"{method} {path}", headers={"Authorization": f"Bearer {token}"}, **kwargs)
 
-    def _authorized(self, api: str, fn: Any) -> Any:
+    def _authorized(self, api: str, fn: Callable[[str], _T]) -> _T:
         """Run ``fn(token)`` under the budget; on a rejected token refresh it once and retry.
 
         A token rejected again after the refresh (or a refresh that hands back the very token
@@ -325,7 +325,8 @@ class FeishuClient:
         """A JSON business call; returns the envelope's ``data`` (``{}`` when absent)."""
 
         def once(token: str) -> dict[str, Any]:
-            return decode_json(self._send(method, path, token, **kwargs)).get("data") or {}
+            data: dict[str, Any] = decode_json(self._send(method, path, token, **kwargs)).get("data") or {}
+            return data
 
         for attempt in Retrying(**self._policy):
             with attempt:
@@ -376,7 +377,7 @@ class FeishuClient:
             params["parent_node_token"] = parent_node_token
         yield from self._pages(f"/wiki/v2/spaces/{space_id}/nodes", api="wiki_nodes", params=params)
 
-    def batch_query_metas(self, docs: list[tuple[str, str]]) -> tuple[list[dict], list[dict]]:
+    def batch_query_metas(self, docs: list[tuple[str, str]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(metas, failed_list)`` for up to 200 ``(token, type)`` pairs."""
         body = {"request_docs": [{"doc_token": t, "doc_type": k} for t, k in docs], "with_url": True}
         data = self.call("POST", "/drive/v1/metas/batch_query", api="meta", json=body)
@@ -406,7 +407,7 @@ class FeishuClient:
 
     # ----------------------------------------------------------------- discovery helpers
 
-    def _pages(self, path: str, *, api: str, params: dict[str, Any], items: str = "items") -> Iterator[dict]:
+    def _pages(self, path: str, *, api: str, params: dict[str, Any], items: str = "items") -> Iterator[dict[str, Any]]:
         """Follow ``page_token``/``has_more`` (drive: ``next_page_token``). An empty page with
         ``has_more`` keeps paging (the wiki API returns such pages); a repeated cursor and the page
         count are bounded, so a server that never says "done" cannot keep the walk forever."""

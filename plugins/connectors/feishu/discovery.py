@@ -69,7 +69,7 @@ def meta_status(client: FeishuClient, keys: Iterable[str]) -> MetaStatus:
             for doc_type in _TYPES:
                 metas, failed = client.batch_query_metas([(k, doc_type) for k in batch if k in codes])
                 for m in metas:
-                    if codes.pop(m.get("doc_token"), None) is not None:
+                    if codes.pop(str(m.get("doc_token")), None) is not None:
                         out.alive.add(m["doc_token"])
                 for f in failed:
                     if f.get("token") in codes:

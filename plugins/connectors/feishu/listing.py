@@ -20,10 +20,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from plugins.connectors.feishu.client import FeishuClient
 from plugins.connectors.feishu.errors import FeishuError
+
+_T = TypeVar("_T")
 
 __all__ = ["DEFAULT_TYPES", "DriveItem", "Walk", "tenant_from_url", "walk_drive"]
 
@@ -62,7 +65,7 @@ def tenant_from_url(url: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}" if parts.scheme in ("http", "https") and parts.netloc else None
 
 
-def _chunks(seq: list, n: int) -> Iterable[list]:
+def _chunks(seq: list[_T], n: int) -> Iterable[list[_T]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
 
@@ -101,7 +104,9 @@ def walk_drive(
     return out
 
 
-def _walk_folders(client, folders: Iterable[str], out: Walk, keep, max_depth: int) -> dict[str, _Shortcut]:
+def _walk_folders(
+    client: FeishuClient, folders: Iterable[str], out: Walk, keep: Callable[[DriveItem], None], max_depth: int
+) -> dict[str, _Shortcut]:
     shortcuts: dict[str, _Shortcut] = {}
     queue: deque[tuple[str, tuple[str, ...], int]] = deque((f, (), 0) for f in folders)
     seen_folders: set[str] = set()
@@ -138,7 +143,11 @@ def _walk_folders(client, folders: Iterable[str], out: Walk, keep, max_depth: in
 
 
 def _resolve_shortcuts(
-    client: FeishuClient, shortcuts: dict[str, _Shortcut], wanted: set[str], out: Walk, keep
+    client: FeishuClient,
+    shortcuts: dict[str, _Shortcut],
+    wanted: set[str],
+    out: Walk,
+    keep: Callable[[DriveItem], None],
 ) -> None:
     pending = []
     for target, sc in shortcuts.items():

@@ -30,7 +30,7 @@ return 0
 """
 
 # Process-wide fallback: value = (token, expires_at_monotonic).
-_LOCAL: TLRUCache = TLRUCache(maxsize=256, ttu=lambda _k, v, now: v[1], timer=time.monotonic)
+_LOCAL: TLRUCache[str, tuple[str, float]] = TLRUCache(maxsize=256, ttu=lambda _k, v, now: v[1], timer=time.monotonic)
 _LOCAL_LOCK = threading.Lock()
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["CachedPage", "LinkCache"]
 
@@ -58,7 +59,7 @@ class LinkCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
-        self._pending: list[tuple] = []
+        self._pending: list[tuple[Any, ...]] = []
 
     def get(self, url: str) -> CachedPage | None:
         with self._lock:

@@ -129,7 +129,7 @@ class AddressGuard:
             raise BlockedAddress(host, name, "non-canonical numeric IPv4 address")
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         if not addresses:
             raise OSError(f"no address for {host}")
         exempt = name in self._hosts

@@ -202,15 +202,20 @@ class YuqueClient:
         """GET ``path`` (relative to /api/v2) and return the JSON envelope ``{"data", "meta"?}``."""
         # the sleep is looked up per call: a caller (a test) may swap it on a live client
         retrying = self.retry_policy.retrying(sleep=self._sleep)
-        return retrying(self._send, path, params)
+        envelope: dict[str, Any] = retrying(self._send, path, params)
+        return envelope
 
     # ------------------------------------------------------------------ endpoints
 
+    def _data(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = self.get(path, params)["data"]
+        return data
+
     def get_user(self) -> dict[str, Any]:
-        return self.get("/user")["data"]
+        return self._data("/user")
 
     def get_repo(self, ref: str | int) -> dict[str, Any]:
-        return self.get(f"/repos/{ref}")["data"]
+        return self._data(f"/repos/{ref}")
 
     def iter_repos(self, login: str, *, group: bool = False) -> Iterator[Any]:
         """Every repo of a user or group, paging until a short page."""
@@ -247,7 +252,7 @@ class YuqueClient:
         while True:
             envelope = self.get(f"/repos/{repo}/docs", {**params, "offset": offset})
             page = envelope.get("data")
-            meta = envelope.get("meta") if isinstance(envelope.get("meta"), dict) else {}
+            meta: dict[str, Any] = envelope["meta"] if isinstance(envelope.get("meta"), dict) else {}
             total = meta.get("total")
             listing.total = total if isinstance(total, int) else None
             if listing.total is not None:
@@ -270,14 +275,14 @@ class YuqueClient:
         return listing
 
     def get_doc(self, repo: str | int, doc: str | int, **params: Any) -> dict[str, Any]:
-        return self.get(f"/repos/{repo}/docs/{doc}", params or None)["data"]
+        return self._data(f"/repos/{repo}/docs/{doc}", params or None)
 
     def iter_table_records(self, repo: str | int, doc: str | int, first: dict[str, Any]) -> Iterator[Any]:
         """Rows of a data table: the detail already holds page 1 of ``body_table``; page the rest."""
         page_data = first
         # keep the server's page size: a different size would misalign pages 2..n with page 1
-        size = first.get("pageSize") if isinstance(first.get("pageSize"), int) else 100
-        page = first.get("page") if isinstance(first.get("page"), int) else 1
+        size: int = first["pageSize"] if isinstance(first.get("pageSize"), int) else 100
+        page: int = first["page"] if isinstance(first.get("page"), int) else 1
         seen = 0
         while True:
             records = page_data.get("records") or []
