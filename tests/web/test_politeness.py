@@ -3,14 +3,19 @@ in-process fallback. Gaps are read from nginx's own access log (request start ti
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
+import redis
 
+from plugins.connectors.ratelimit import Decision, Rate
+from plugins.connectors.web.politeness import LocalPoliteness, RedisPoliteness
 from tests.web.helpers import Run, make_connector
 from tests.web.nginx import requires_nginx, serve_nginx
 
@@ -86,3 +91,45 @@ def test_in_process_fallback_spaces_concurrent_requests(tributary_home: Path, tm
     gaps = _gaps([e.start for e in log])
     assert len(gaps) == len(log) - 1 == 6
     assert min(gaps) >= DELAY - TOLERANCE, gaps
+
+
+@pytest.mark.redis
+def test_a_slow_down_seen_by_one_worker_holds_the_host_for_the_other(redis_url: str) -> None:
+    """A 429's Retry-After pauses the host for every worker, and doubles its delay for a while."""
+    first, second = RedisPoliteness(redis_url), RedisPoliteness(redis_url)  # two workers' own clients
+    host = f"slow-{uuid.uuid4().hex[:8]}.example:80"
+    key = f"tributary:web:polite:{host}"
+
+    async def scenario() -> list[Decision]:
+        await first.penalize(host, retry_after=20.0, delay=0.5)
+        paused = second.limiter.reserve(key, (Rate(1, 0.5),))
+        # the next 429 doubles the floor again (1 s, then 2 s): it lives in Redis, not in `first`
+        await second.penalize(host, retry_after=0.0, delay=0.5)
+        other_host = first.limiter.reserve(f"{key}-other", (Rate(1, 0.5),))
+        await first.close()
+        await second.close()
+        return [paused, other_host]
+
+    paused, other_host = asyncio.run(scenario())
+    assert not paused.admitted and 19.0 < paused.wait <= 20.0 and "slow-down" in paused.reason
+    assert other_host.admitted  # another host is untouched
+    client = redis.Redis.from_url(redis_url)
+    try:
+        members = {m.decode() for m in client.zrange(key, 0, -1)}
+        assert "~pause" in members and "~floor:2000000" in members  # 0.5 s delay: 1 s, doubled to 2 s
+    finally:
+        client.close()
+
+
+def test_in_process_politeness_has_a_store_per_crawl() -> None:
+    """Two crawls in one process without Redis each keep their own slots (as before)."""
+    one, two = LocalPoliteness(), LocalPoliteness()
+
+    async def scenario() -> tuple[bool, bool]:
+        async with one.slot("h.example:80", 30.0, hold_seconds=1.0):
+            pass
+        after_one = one.limiter.reserve("tributary:web:polite:h.example:80", (Rate(1, 30.0),)).admitted
+        after_two = two.limiter.reserve("tributary:web:polite:h.example:80", (Rate(1, 30.0),)).admitted
+        return after_one, after_two
+
+    assert asyncio.run(scenario()) == (False, True)
