@@ -1,25 +1,36 @@
 """Stage manifests: the small JSON files that carry one batch from stage to stage.
 
-Every stage reads the previous stage's manifest for a batch and writes its own, carrying the
-batch's failures and unchanged items forward, so the last manifest of a batch is a complete
-account of it. Failures are dicts ``{"item_key", "reason", "error", "retryable", "stage"}``.
+Every stage reads the previous stage's manifest of a batch (:class:`BatchManifest`) and writes
+its own, carrying the batch's failures and unchanged items forward, so the last manifest of a
+batch is a complete account of it. The records and their JSON form are in
+:mod:`plugins.engine.records`; this module reads and writes the files.
 
-Staged files are checked when read back: an entry records the size and SHA-256 of its raw bytes
-(``raw_digest``; ``staged`` for bytes a crawler staged during discovery), of its parsed document
-(``parsed_digest``) and of its chunks (``chunks_digest``). A mismatch is a retryable *fetch*
+Staged files are checked when read back: an item records the size and SHA-256 of its raw bytes
+(``raw.file``; ``staged`` for bytes a crawler staged during discovery), of its parsed document
+(``parsed.file``) and of its chunks (``chunked.file``). A mismatch is a retryable *fetch*
 failure of that item (reason ``staging_corrupt``): it is not indexed, and its stored version is
 not advanced, so the next run fetches it again instead of being told "not modified".
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from include.contract import Change, RawDocument, VersionEvidence
+from include.contract import Change, RawDocument
 from include.failpoints import failpoint
 from include.staging import StagingArea, StagingCorruptError
+from plugins.engine.records import (
+    BatchManifest,
+    ItemFailure,
+    ItemRecord,
+    RawRef,
+    RunPlan,
+    StagedRef,
+    decode,
+    encode,
+)
 
 __all__ = [
     "STAGING_CORRUPT",
@@ -29,21 +40,13 @@ __all__ = [
     "next_manifest_path",
     "read_batch",
     "read_manifest",
+    "read_plan",
+    "read_stage_manifest",
+    "write_batch_manifest",
     "write_fetched_manifest",
+    "write_plan",
     "write_stage_manifest",
 ]
-
-
-@dataclass(slots=True)
-class ItemFailure:
-    item_key: str
-    reason: str
-    error: str
-    retryable: bool = True
-    stage: str = "fetch"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 STAGING_CORRUPT = StagingCorruptError.reason
@@ -55,7 +58,30 @@ def corrupt_failure(item_key: str, exc: StagingCorruptError) -> ItemFailure:
 
 
 def read_manifest(path: str) -> dict[str, Any]:
-    return StagingArea.read_json(path)
+    """A manifest file as plain JSON, for tools that only count its entries (OpenLineage facets,
+    tests). The engine reads :func:`read_stage_manifest` / :func:`read_plan`."""
+    data = StagingArea.read_json(path)
+    assert isinstance(data, dict)
+    return data
+
+
+def read_stage_manifest(path: str) -> BatchManifest:
+    """A batch's manifest of any stage (:class:`~plugins.engine.records.ManifestError` if it is
+    not one)."""
+    return decode(BatchManifest, StagingArea.read_json(path), path)
+
+
+def read_plan(path: str | Path) -> RunPlan:
+    return decode(RunPlan, StagingArea.read_json(path), str(path))
+
+
+def write_plan(staging: StagingArea, plan: RunPlan) -> str:
+    """Write ``discover.json`` (atomically: its existence means the run is planned)."""
+    return staging.write_json("discover.json", encode(plan))
+
+
+def write_batch_manifest(staging: StagingArea, manifest: BatchManifest) -> str:
+    return staging.write_json(f"batch-{manifest.batch:04d}.json", encode(manifest))
 
 
 def next_manifest_path(path: str, stage: str) -> str:
@@ -69,16 +95,17 @@ def next_manifest_path(path: str, stage: str) -> str:
 _FAILPOINTS = {"fetched": "fetch", "parsed": "parse", "chunked": "chunk", "upserted": "upsert"}
 
 
-def _write_next(prev_path: str, stage: str, manifest: dict[str, Any]) -> str:
-    p = Path(next_manifest_path(prev_path, stage))
-    path = StagingArea.at(p.parent).write_json(p.name, manifest)
-    failpoint(_FAILPOINTS[stage])
+def write_stage_manifest(prev_path: str, manifest: BatchManifest) -> str:
+    """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one."""
+    p = Path(next_manifest_path(prev_path, manifest.stage))
+    path = StagingArea.at(p.parent).write_json(p.name, encode(manifest))
+    failpoint(_FAILPOINTS[manifest.stage])
     return path
 
 
 def read_batch(manifest_path: str) -> list[Change]:
     """The changes of one batch manifest (what a fetch operator must fetch)."""
-    return [Change.from_dict(entry["change"]) for entry in read_manifest(manifest_path)["items"]]
+    return [item.change for item in read_stage_manifest(manifest_path).items]
 
 
 def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument], failures: list[ItemFailure]) -> str:
@@ -86,66 +113,61 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
 
     Used by the generic fetch task and by connector-specific fetch operators alike.
     """
-    batch = read_manifest(batch_manifest_path)
+    batch = read_stage_manifest(batch_manifest_path)
     staging = StagingArea.at(Path(batch_manifest_path).parent)
-    by_key = {entry["change"]["item_key"]: entry for entry in batch["items"]}
-    items = []
-    failures = list(failures)
+    by_key = {item.item_key: item for item in batch.items}
+    out = batch.next("fetched")
+    out.failures.extend(failures)
     for raw in fetched:
-        entry = dict(by_key[raw.item_key])
-        entry["raw_path"] = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
-        entry["raw_digest"] = staging.staged_digest(entry["raw_path"])  # hashed once, by stage_raw
-        if (problem := _differs_from_staged(entry)) is not None:
-            failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
+        path = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
+        digest = staging.staged_digest(path)  # hashed once, by stage_raw
+        assert digest is not None
+        item = by_key[raw.item_key]
+        ref = StagedRef(path, int(digest["size"]), str(digest["sha256"]))
+        if (problem := _differs_from_staged(item, ref)) is not None:
+            out.failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
             continue
-        entry["raw"] = {
-            "file_name": raw.file_name,
-            "media_type": raw.media_type,
-            "url": raw.url,
-            "title": raw.title,
-            "version": raw.version.to_dict(),
-            "metadata": raw.metadata,
-        }
-        entry["byte_size"] = len(raw.data)
-        items.append(entry)
-    manifest = {
-        "run_id": batch["run_id"],
-        "source": batch["source"],
-        "batch": batch["batch"],
-        "items": items,
-        "unchanged": list(batch.get("unchanged", [])),
-        "failures": list(batch.get("failures", [])) + [f.to_dict() for f in failures],
-    }
-    return _write_next(batch_manifest_path, "fetched", manifest)
+        out.items.append(dataclasses.replace(item, raw=_raw_ref(raw, ref)))
+    return write_stage_manifest(batch_manifest_path, out)
 
 
-def _differs_from_staged(entry: dict[str, Any]) -> str | None:
+def _raw_ref(raw: RawDocument, ref: StagedRef) -> RawRef:
+    return RawRef(
+        file=ref,
+        file_name=raw.file_name,
+        byte_size=len(raw.data),
+        media_type=raw.media_type,
+        url=raw.url,
+        title=raw.title,
+        version=raw.version,
+        metadata=raw.metadata,
+    )
+
+
+def _differs_from_staged(item: ItemRecord, fetched: StagedRef) -> str | None:
     """Why the fetched bytes are not those discovery staged (a crawler's page), else None."""
-    staged, digest = entry.get("staged"), entry["raw_digest"]
-    if not staged or digest == {"size": staged["size"], "sha256": staged["sha256"]}:
+    staged = item.staged
+    if staged is None or (staged.size, staged.sha256) == (fetched.size, fetched.sha256):
         return None
-    path = entry["change"].get("staged_path")
     return (
-        f"staged file {path} read back as {digest['size']} bytes (sha256 {digest['sha256'][:16]}...); "
-        f"discovery staged {staged['size']} bytes (sha256 {staged['sha256'][:16]}...)"
+        f"staged file {staged.path} read back as {fetched.size} bytes (sha256 {fetched.sha256[:16]}...); "
+        f"discovery staged {staged.size} bytes (sha256 {staged.sha256[:16]}...)"
     )
 
 
-def load_raw(entry: dict[str, Any]) -> RawDocument:
-    """Rebuild the RawDocument of a fetched manifest entry (:class:`StagingCorruptError` when its
-    staged bytes are not those that were fetched)."""
-    raw = entry["raw"]
+def load_raw(item: ItemRecord) -> RawDocument:
+    """Rebuild the RawDocument of a fetched item (:class:`StagingCorruptError` when its staged
+    bytes are not those that were fetched)."""
+    raw = item.raw
+    if raw is None:
+        raise ValueError(f"item {item.item_key!r} was not fetched: it has no staged raw bytes")
     return RawDocument(
-        item_key=entry["change"]["item_key"],
-        data=StagingArea.read_verified(entry["raw_path"], entry.get("raw_digest")),
-        file_name=raw["file_name"],
-        media_type=raw.get("media_type"),
-        url=raw.get("url"),
-        title=raw.get("title"),
-        version=VersionEvidence.from_dict(raw.get("version")),
-        metadata=dict(raw.get("metadata") or {}),
+        item_key=item.item_key,
+        data=StagingArea.read_verified(raw.file.path, raw.file.digest()),
+        file_name=raw.file_name,
+        media_type=raw.media_type,
+        url=raw.url,
+        title=raw.title,
+        version=raw.version,
+        metadata=dict(raw.metadata),
     )
-
-
-def write_stage_manifest(prev_path: str, stage: str, manifest: dict[str, Any]) -> str:
-    return _write_next(prev_path, stage, manifest)

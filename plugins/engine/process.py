@@ -8,14 +8,15 @@ Airflow's task retries handle them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
-from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, document_id
-from include.index import DocumentRecord, DocumentWrite, IndexBackend
+from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
+from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagingArea, StagingCorruptError
 from plugins.chunkers.registry import chunk_document
 from plugins.connectors.base import Connector
@@ -25,10 +26,11 @@ from plugins.engine.manifests import (
     corrupt_failure,
     load_raw,
     read_batch,
-    read_manifest,
+    read_stage_manifest,
     write_fetched_manifest,
     write_stage_manifest,
 )
+from plugins.engine.records import ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
 
 __all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]
@@ -38,18 +40,9 @@ def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 2)
 
 
-def _carry(manifest: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "run_id": manifest["run_id"],
-        "source": manifest["source"],
-        "batch": manifest["batch"],
-        "unchanged": list(manifest.get("unchanged", [])),
-        "failures": list(manifest.get("failures", [])),
-    }
-
-
-def _failure(entry: dict[str, Any], stage: str, reason: str, error: str, retryable: bool = True) -> dict[str, Any]:
-    return ItemFailure(entry["change"]["item_key"], reason, error, retryable, stage).to_dict()
+def _timed(item: ItemRecord, stage: str, start: float, **outcome: Any) -> ItemRecord:
+    """The item with one more stage's outcome and its time."""
+    return dataclasses.replace(item, stage_ms={**item.stage_ms, stage: _ms(start)}, **outcome)
 
 
 # ----------------------------------------------------------------------------------- fetch
@@ -65,102 +58,105 @@ def fetch_stage(batch_path: str, connector: Connector) -> str:
 # ----------------------------------------------------------------------------------- parse
 
 
+def _parse_failure(item: ItemRecord, exc: ParseError) -> ItemFailure:
+    # Retrying only helps when the bytes may parse next time (a timeout, a corrupt download);
+    # an encrypted or unsupported file fails the same way until it changes at the source.
+    retryable = exc.code in (ParseErrorCode.TIMEOUT, ParseErrorCode.CORRUPT)
+    warnings = parser_warnings(exc.details) or None  # a fully scanned PDF's needs_ocr: to lineage
+    return ItemFailure(item.item_key, f"parse:{exc.code.value}", exc.message, retryable, "parse", warnings)
+
+
+def _content_unchanged(item: ItemRecord, digest: str) -> bool:
+    """Bytes changed but extracted content did not (timestamps, tokens, CDN rewrites)."""
+    prior = item.prior
+    return not item.forced and prior is not None and prior.has_version and prior.content_hash == digest
+
+
 def parse_stage(fetched_path: str, source: SourceConfig) -> str:
     """Parse every fetched item; drop items whose extracted content did not change."""
-    manifest = read_manifest(fetched_path)
-    out = _carry(manifest)
+    manifest = read_stage_manifest(fetched_path)
+    out = manifest.next("parsed")
     staging = StagingArea.at(Path(fetched_path).parent)
-    items = []
-    for entry in manifest["items"]:
+    for item in manifest.items:
         start = time.perf_counter()
         try:
-            doc = parse_document(load_raw(entry), source.parser)
+            doc = parse_document(load_raw(item), source.parser)
         except StagingCorruptError as exc:
-            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            out.failures.append(corrupt_failure(item.item_key, exc))
             continue
         except ParseError as exc:
-            # Retrying only helps when the bytes may parse next time (a timeout, a corrupt download);
-            # an encrypted or unsupported file fails the same way until it changes at the source.
-            retryable = exc.code in (ParseErrorCode.TIMEOUT, ParseErrorCode.CORRUPT)
-            failure = _failure(entry, "parse", f"parse:{exc.code.value}", exc.message, retryable)
-            if warnings := parser_warnings(exc.details):  # a fully scanned PDF's needs_ocr: to lineage
-                failure["warnings"] = warnings
-            out["failures"].append(failure)
+            out.failures.append(_parse_failure(item, exc))
             continue
         digest = doc.content_hash()
-        entry = {
-            **entry,
-            "content_hash": digest,
-            "parser": doc.parser,
-            "parser_version": doc.parser_version,
-            "blocks": len(doc.blocks),
-            "chars": sum(len(b.text) for b in doc.blocks),
-            "title": doc.title or entry["raw"].get("title"),
-            "warnings": parser_warnings(doc.metadata),  # needs_ocr, truncated ...: to lineage
-            "stage_ms": {**entry.get("stage_ms", {}), "parse": _ms(start)},
-        }
-        prior = entry.get("prior") or {}
-        if not entry.get("forced") and prior.get("version") and prior.get("content_hash") == digest:
-            # Bytes changed but extracted content did not (timestamps, tokens, CDN rewrites).
-            entry["reason"] = "content hash unchanged"
-            out["unchanged"].append(entry)
+        outcome = ParseOutcome(
+            content_hash=digest,
+            parser=doc.parser,
+            parser_version=doc.parser_version,
+            blocks=len(doc.blocks),
+            chars=sum(len(b.text) for b in doc.blocks),
+            title=doc.title or (item.raw.title if item.raw else None),
+            warnings=parser_warnings(doc.metadata),  # needs_ocr, truncated ...: to lineage
+        )
+        if _content_unchanged(item, digest):
+            out.unchanged.append(
+                _timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged")
+            )
             continue
-        key = entry["change"]["item_key"]
-        parsed = staging.put_json(f"parsed/{document_id(source.source_id, key)}.json", doc.to_dict())
-        entry["parsed_path"], entry["parsed_digest"] = parsed.path, parsed.digest()
-        items.append(entry)
-    out["items"] = items
-    return write_stage_manifest(fetched_path, "parsed", out)
+        staged = staging.put_json(f"parsed/{document_id(source.source_id, item.item_key)}.json", doc.to_dict())
+        outcome.file = StagedRef.of(staged)
+        out.items.append(_timed(item, "parse", start, parsed=outcome))
+    return write_stage_manifest(fetched_path, out)
 
 
 # ----------------------------------------------------------------------------------- chunk
 
 
+def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig) -> list[Chunk]:
+    parsed = item.parsed.file if item.parsed else None
+    if parsed is None:
+        raise ValueError(f"item {item.item_key!r} reached chunking without a staged parsed document")
+    doc = ParsedDocument.from_dict(StagingArea.read_json_verified(parsed.path, parsed.digest()))
+    return chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
+
+
 def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
-    manifest = read_manifest(parsed_path)
-    out = _carry(manifest)
+    manifest = read_stage_manifest(parsed_path)
+    out = manifest.next("chunked")
     staging = StagingArea.at(Path(parsed_path).parent)
-    items = []
-    for entry in manifest["items"]:
+    for item in manifest.items:
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
-        doc_id = (entry.get("prior") or {}).get("doc_id") or document_id(source.source_id, entry["change"]["item_key"])
+        doc_id = (item.prior.doc_id if item.prior else None) or document_id(source.source_id, item.item_key)
         try:
-            doc = ParsedDocument.from_dict(
-                StagingArea.read_json_verified(entry["parsed_path"], entry.get("parsed_digest"))
-            )
-            chunks = chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
+            chunks = _chunks_of(item, doc_id, source)
         except StagingCorruptError as exc:
-            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            out.failures.append(corrupt_failure(item.item_key, exc))
             continue
         except Exception as exc:  # a chunker failure is this document's, not the batch's
-            out["failures"].append(_failure(entry, "chunk", "chunk_error", f"{type(exc).__name__}: {exc}"))
+            out.failures.append(
+                ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
+            )
             continue
         staged = staging.put_json(f"chunks/{doc_id}.json", [c.to_dict() for c in chunks])
         meta = chunks[0].metadata if chunks else {}
-        items.append(
-            {
-                **entry,
-                "doc_id": doc_id,
-                "chunks_path": staged.path,
-                "chunks_digest": staged.digest(),
-                "chunk_ids": [c.chunk_id for c in chunks],
-                "chunker": meta.get("chunker", source.chunker.name),
-                "chunker_options_hash": meta.get("chunker_options_hash"),
-                "stage_ms": {**entry.get("stage_ms", {}), "chunk": _ms(start)},
-            }
+        outcome = ChunkOutcome(
+            doc_id=doc_id,
+            file=StagedRef.of(staged),
+            chunk_ids=[c.chunk_id for c in chunks],
+            chunker=str(meta.get("chunker", source.chunker.name)),
+            chunker_options_hash=meta.get("chunker_options_hash"),
         )
-    out["items"] = items
-    return write_stage_manifest(parsed_path, "chunked", out)
+        out.items.append(_timed(item, "chunk", start, chunked=outcome))
+    return write_stage_manifest(parsed_path, out)
 
 
 # ----------------------------------------------------------------------------------- upsert
 
 
-def _doc_version(version: dict[str, Any]) -> str | None:
+def _doc_version(version: VersionEvidence) -> str | None:
     for key in ("revision", "etag", "modified_time", "last_modified"):
-        if version.get(key):
-            return f"{key}:{version[key]}"
+        if value := getattr(version, key):
+            return f"{key}:{value}"
     return None
 
 
@@ -172,35 +168,53 @@ def _doc_metadata(raw_metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: raw_metadata[k] for k in _INDEXED_METADATA if raw_metadata.get(k) not in (None, "", [])}
 
 
+def _document_write(item: ItemRecord, source: SourceConfig, run_id: str) -> DocumentWrite:
+    """The index write of one chunked item (:class:`StagingCorruptError` if its chunks changed)."""
+    raw, parsed, chunked = item.raw, item.parsed, item.chunked
+    if raw is None or parsed is None or chunked is None:
+        raise ValueError(f"item {item.item_key!r} reached the upsert without being fetched, parsed and chunked")
+    chunks = [Chunk.from_dict(c) for c in StagingArea.read_json_verified(chunked.file.path, chunked.file.digest())]
+    prior_ids = set(item.prior.chunk_ids if item.prior else ())
+    record = DocumentRecord(
+        source=source.source_id,
+        doc_id=chunked.doc_id,
+        item_key=item.item_key,
+        title=parsed.title,
+        url=raw.url or item.change.url,
+        media_type=raw.media_type,
+        doc_version=_doc_version(item.observed_version),
+        content_hash=parsed.content_hash,
+        run_id=run_id,
+        metadata=_doc_metadata(raw.metadata),
+    )
+    return DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks}))
+
+
+def _upsert_outcome(item: ItemRecord, write: DocumentWrite, result: UpsertResult) -> UpsertOutcome:
+    prior_ids = set(item.prior.chunk_ids if item.prior else ())
+    new_ids = [c.chunk_id for c in write.chunks]
+    return UpsertOutcome(
+        written=result.written,
+        unchanged_chunks=result.unchanged,
+        deleted_chunks=result.deleted,
+        chunks_added=[i for i in new_ids if i not in prior_ids],
+        chunks_kept=[i for i in new_ids if i in prior_ids],
+        chunks_removed=write.stale_chunk_ids,
+    )
+
+
 def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callable[[], IndexBackend]) -> str:
-    manifest = read_manifest(chunked_path)
-    out = _carry(manifest)
+    manifest = read_stage_manifest(chunked_path)
+    out = manifest.next("upserted")
     writes: list[DocumentWrite] = []
-    entries: list[dict[str, Any]] = []
-    for entry in manifest["items"]:
+    items: list[ItemRecord] = []
+    for item in manifest.items:
         try:
-            staged = StagingArea.read_json_verified(entry["chunks_path"], entry.get("chunks_digest"))
+            writes.append(_document_write(item, source, manifest.run_id))
         except StagingCorruptError as exc:
-            out["failures"].append(corrupt_failure(entry["change"]["item_key"], exc).to_dict())
+            out.failures.append(corrupt_failure(item.item_key, exc))
             continue
-        chunks = [Chunk.from_dict(c) for c in staged]
-        prior_ids = set((entry.get("prior") or {}).get("chunk_ids") or [])
-        version = entry["raw"].get("version") or entry["change"].get("version") or {}
-        record = DocumentRecord(
-            source=source.source_id,
-            doc_id=entry["doc_id"],
-            item_key=entry["change"]["item_key"],
-            title=entry.get("title"),
-            url=entry["raw"].get("url") or entry["change"].get("url"),
-            media_type=entry["raw"].get("media_type"),
-            doc_version=_doc_version(version),
-            content_hash=entry["content_hash"],
-            run_id=manifest["run_id"],
-            metadata=_doc_metadata(entry["raw"].get("metadata") or {}),
-        )
-        writes.append(DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks})))
-        entries.append(entry)
-    items = []
+        items.append(item)
     if writes:
         start = time.perf_counter()
         index = index_factory()
@@ -209,23 +223,13 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
         finally:
             index.close()
         elapsed = _ms(start) / len(writes)
-        for entry, write, result in zip(entries, writes, results, strict=True):
+        for item, write, result in zip(items, writes, results, strict=True):
             if not result.ok:
-                out["failures"].append(_failure(entry, "upsert", "index_error", result.error or "index write failed"))
+                error = result.error or "index write failed"
+                out.failures.append(ItemFailure(item.item_key, "index_error", error, True, "upsert"))
                 continue
-            prior_ids = set((entry.get("prior") or {}).get("chunk_ids") or [])
-            new_ids = [c.chunk_id for c in write.chunks]
-            items.append(
-                {
-                    **entry,
-                    "written": result.written,
-                    "unchanged_chunks": result.unchanged,
-                    "deleted_chunks": result.deleted,
-                    "chunks_added": [i for i in new_ids if i not in prior_ids],
-                    "chunks_kept": [i for i in new_ids if i in prior_ids],
-                    "chunks_removed": write.stale_chunk_ids,
-                    "stage_ms": {**entry.get("stage_ms", {}), "upsert": elapsed},
-                }
+            upserted = _upsert_outcome(item, write, result)
+            out.items.append(
+                dataclasses.replace(item, upserted=upserted, stage_ms={**item.stage_ms, "upsert": elapsed})
             )
-    out["items"] = items
-    return write_stage_manifest(chunked_path, "upserted", out)
+    return write_stage_manifest(chunked_path, out)

@@ -107,6 +107,15 @@ class PriorState:
     last_failure_run: str | None = None
     missing_runs: int = 0
 
+    @property
+    def has_version(self) -> bool:
+        """A version of the item was indexed (so a new one is a change, not a new item)."""
+        return self.version is not None and self.version != VersionEvidence()
+
+    @property
+    def version_dict(self) -> dict[str, str] | None:
+        return self.version.to_dict() if self.version is not None else None
+
     @classmethod
     def of(cls, st: ItemState | None) -> PriorState | None:
         if st is None:
@@ -142,8 +151,8 @@ class ParseOutcome:
     """A parsed item; ``file`` (the staged ParsedDocument) is None when its content was unchanged."""
 
     content_hash: str
-    parser: str
-    parser_version: str
+    parser: str | None
+    parser_version: str | None
     blocks: int
     chars: int
     title: str | None = None
@@ -302,7 +311,7 @@ def _adapter(cls: type[R]) -> pydantic.TypeAdapter[R]:
 
 def encode(record: Any) -> dict[str, Any]:
     """A record as JSON-ready data (enums as values, nested records as objects)."""
-    data = _adapter(type(record)).dump_python(record, mode="json")
+    data = _adapter(type(record)).dump_python(record, mode="json", fallback=str)  # as json.dumps(default=str)
     assert isinstance(data, dict)
     return data
 

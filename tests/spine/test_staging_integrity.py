@@ -30,6 +30,8 @@ from plugins.engine import (
     start_run,
     upsert_stage,
 )
+from plugins.engine.manifests import read_stage_manifest
+from plugins.engine.records import ItemRecord
 
 FAQ = "faq.html"
 
@@ -83,8 +85,8 @@ def _run_with(ctx: RunContext, between: dict[str, Callable[[Any], None]]) -> dic
         store.close()
 
 
-def _entries(manifest_path: str) -> list[dict]:
-    return json.loads(Path(manifest_path).read_text(encoding="utf-8"))["items"]
+def _entries(manifest_path: str) -> list[ItemRecord]:
+    return read_stage_manifest(manifest_path).items
 
 
 def test_page_corrupted_in_staging_after_the_crawl_fails_and_is_fetched_again(tributary_home: Path, demo_site) -> None:
@@ -104,8 +106,8 @@ def test_page_corrupted_in_staging_after_the_crawl_fails_and_is_fetched_again(tr
     def truncate_faq(plan: dict) -> None:
         for batch in plan["batches"]:
             for entry in _entries(batch):
-                if entry["change"]["item_key"] == faq_key:
-                    staged = Path(entry["change"]["staged_path"])
+                if entry.item_key == faq_key:
+                    staged = Path(entry.change.staged_path or "")
                     staged.write_bytes(staged.read_bytes()[:40])  # cut off after the crawl staged it
 
     counts = _run_with(RunContext(source=src, run_id="corrupt"), {"discover": truncate_faq})
@@ -132,8 +134,8 @@ def test_raw_bytes_replaced_after_fetch_are_refused(tributary_home: Path, tmp_pa
 
     def replace_n1(fetched: str) -> None:
         for entry in _entries(fetched):
-            if entry["change"]["item_key"] == "n1.md":
-                raw = Path(entry["raw_path"])
+            if entry.item_key == "n1.md" and entry.raw is not None:
+                raw = Path(entry.raw.file.path)
                 # same size, other bytes: only the hash can tell
                 raw.write_bytes(raw.read_bytes().replace(b"Weirs", b"Bears"))
 
@@ -162,7 +164,8 @@ def test_chunks_edited_in_staging_before_upsert_are_not_written(tributary_home: 
 
     def edit_chunks(chunked: str) -> None:
         for entry in _entries(chunked):
-            path = Path(entry["chunks_path"])
+            assert entry.chunked is not None
+            path = Path(entry.chunked.file.path)
             chunks = json.loads(path.read_text(encoding="utf-8"))
             chunks[0]["text"] = "Injected text that was never in the source."
             path.write_text(json.dumps(chunks), encoding="utf-8")  # valid JSON, other content

@@ -1,0 +1,300 @@
+"""Commit rules: what a finished run's manifests mean for item state, lineage and counts.
+
+Each rule adds to a :class:`CommitBook` (the states, lineage rows and counters one commit writes)
+and is idempotent in what it computes: counters are absolute values derived from the state
+*before* the run (``prior_states``, ``ItemRecord.prior``), so a re-run of the commit task records
+exactly what its first attempt did.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from include.contract import VersionEvidence, document_id
+from include.failpoints import failpoint
+from include.index import IndexBackend
+from include.stores import ItemState, RunItem, StateStore
+from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, RunPlan, Skip
+
+__all__ = [
+    "CommitBook",
+    "apply_deletions",
+    "commit_unchanged",
+    "commit_written",
+    "dry_run_counts",
+    "dry_run_lineage",
+    "failure_state",
+    "keep_missing",
+    "merge_observed_version",
+    "record_failures",
+    "record_skipped",
+    "run_counts",
+    "written_state",
+]
+
+ERROR_CHARS = 2000  # the state row and lineage keep this much of an error message
+EMPTY = "parse:empty"  # nothing to index (a JavaScript shell, a login page, a scan without text)
+
+
+@dataclass(slots=True)
+class CommitBook:
+    """What one commit writes: item states, lineage rows and counters."""
+
+    states: list[ItemState] = field(default_factory=list)
+    lineage: list[RunItem] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def apply_deletions(
+    store: StateStore, sid: str, deletions: list[Deletion], index_factory: Callable[[], IndexBackend], book: CommitBook
+) -> None:
+    """Delete from the index first, then from the state: a crash in between leaves state rows
+    whose documents are gone, and the re-run deletes them again (a no-op in the index)."""
+    if not deletions:
+        return
+    index = index_factory()
+    try:
+        removed = index.delete_documents(sid, [d.doc_id for d in deletions])
+    finally:
+        index.close()
+    book.counts["chunks_deleted"] += removed
+    failpoint("commit:deleted")  # gone from the index, still in the state
+    store.delete_items(sid, [d.item_key for d in deletions])
+    for d in deletions:
+        book.lineage.append(
+            RunItem(
+                item_key=d.item_key,
+                action="deleted",
+                doc_id=d.doc_id,
+                reason=d.reason,
+                version_before=d.version.to_dict() if d.version is not None else None,
+                chunks_removed=list(d.chunk_ids),
+            )
+        )
+    book.counts["deleted"] += len(deletions)
+
+
+def merge_observed_version(
+    stored: VersionEvidence | None, observed: VersionEvidence, content_hash: str | None
+) -> VersionEvidence:
+    """An unchanged item's version: what the source said this time, field by field, else what
+    was stored (a source that sends an ETag only when asked keeps the stored Last-Modified)."""
+    old = stored or VersionEvidence()
+    return VersionEvidence(
+        etag=observed.etag or old.etag,
+        last_modified=observed.last_modified or old.last_modified,
+        modified_time=observed.modified_time or old.modified_time,
+        revision=observed.revision or old.revision,
+        content_hash=content_hash,
+    )
+
+
+def commit_unchanged(
+    items: Iterable[ItemRecord], prior_states: Mapping[str, ItemState], run_id: str, book: CommitBook
+) -> None:
+    """Items the validators (at discovery) or the content hash (after parsing) said are unchanged:
+    seen this run, streaks reset, version merged; the index keeps what it has."""
+    for item in items:
+        st = prior_states.get(item.item_key)
+        if st is None:
+            continue
+        st.version = merge_observed_version(st.version, item.change.version, st.content_hash)
+        st.last_seen_run, st.missing_runs, st.failure_count = run_id, 0, 0
+        st.last_error = st.last_error_reason = None
+        book.states.append(st)
+        book.lineage.append(
+            RunItem(
+                item_key=item.item_key,
+                action="unchanged",
+                doc_id=st.doc_id,
+                reason=item.unchanged_reason or item.change.reason or "not modified",
+                version_before=item.prior.version_dict if item.prior else None,
+                version_after=st.version.to_dict(),
+                content_hash=st.content_hash,
+                chunks_kept=list(st.chunk_ids),
+                warnings=item.warnings,  # re-parsed, same text: same warnings
+            )
+        )
+        book.counts["unchanged"] += 1
+
+
+def _written(item: ItemRecord) -> tuple[str, Any, Any, Any]:
+    """(content hash, parse, chunk and upsert outcomes) of an item that reached the index."""
+    if item.parsed is None or item.chunked is None or item.upserted is None:
+        raise ValueError(f"item {item.item_key!r} is in an upserted manifest without its stage outcomes")
+    return item.parsed.content_hash, item.parsed, item.chunked, item.upserted
+
+
+def written_state(item: ItemRecord, sid: str, processing_hash: str, run_id: str) -> ItemState:
+    """The state row of an item this run indexed."""
+    content_hash, _, chunked, _ = _written(item)
+    return ItemState(
+        source=sid,
+        item_key=item.item_key,
+        doc_id=chunked.doc_id,
+        version=item.observed_version.with_hash(content_hash),
+        content_hash=content_hash,
+        processing_hash=processing_hash,
+        chunk_ids=list(chunked.chunk_ids),
+        title=item.title,
+        url=item.raw.url if item.raw else None,
+        last_seen_run=run_id,
+        last_indexed_run=run_id,
+    )
+
+
+def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) -> RunItem:
+    content_hash, parsed, chunked, upserted = _written(item)
+    return RunItem(
+        item_key=item.item_key,
+        action=action,
+        doc_id=chunked.doc_id,
+        reason="forced re-processing" if item.forced else None,
+        version_before=item.prior.version_dict if item.prior else None,
+        version_after=version.to_dict(),
+        content_hash=content_hash,
+        byte_size=item.raw.byte_size if item.raw else None,
+        staged_path=item.raw.file.path if item.raw else None,
+        parser=parsed.parser,
+        parser_version=parsed.parser_version,
+        blocks=parsed.blocks,
+        chars=parsed.chars,
+        chunker=chunked.chunker,
+        chunker_options_hash=chunked.chunker_options_hash,
+        chunks_added=list(upserted.chunks_added),
+        chunks_kept=list(upserted.chunks_kept),
+        chunks_removed=list(upserted.chunks_removed),
+        stage_ms=dict(item.stage_ms),
+        warnings=item.warnings,  # the parser's (needs_ocr ...)
+    )
+
+
+def commit_written(items: Iterable[ItemRecord], sid: str, processing_hash: str, run_id: str, book: CommitBook) -> None:
+    """Items whose index write succeeded: new or changed by what discovery saw of them (not the
+    current row, which a first attempt of this task may already have replaced)."""
+    for item in items:
+        state = written_state(item, sid, processing_hash, run_id)
+        action = "changed" if item.prior is not None and item.prior.has_version else "new"
+        upserted = _written(item)[3]
+        book.states.append(state)
+        assert state.version is not None
+        book.lineage.append(_written_lineage(item, action, state.version))
+        book.counts[action] += 1
+        book.counts["chunks_written"] += upserted.written
+        book.counts["chunks_unchanged"] += upserted.unchanged_chunks
+        book.counts["chunks_deleted"] += upserted.deleted_chunks
+
+
+def failure_state(failure: ItemFailure, prior: ItemState | None, sid: str, run_id: str) -> tuple[ItemState, str]:
+    """(the item's state after this failure, the lineage action ``failed`` or ``skipped``).
+
+    The indexed version (if any) stays; the failure streak grows once per run, however many
+    stages failed. ``parse:empty`` was fetched and parsed fine with nothing to index: skipped,
+    and it breaks the streak instead of growing it (it is never quarantined as failing).
+    """
+    key = failure.item_key
+    st = prior or ItemState(
+        source=sid, item_key=key, doc_id=document_id(sid, key), version=None, content_hash=None,
+        processing_hash=None, chunk_ids=[],
+    )  # fmt: skip
+    action = "skipped" if failure.reason == EMPTY else "failed"
+    if action == "skipped":
+        st.failure_count = 0
+    elif st.last_failure_run != run_id:
+        st.failure_count += 1
+        st.last_failure_run = run_id
+    st.last_error, st.last_error_reason = failure.error[:ERROR_CHARS], failure.reason
+    st.last_seen_run = run_id
+    return st, action
+
+
+def record_failures(
+    failures: Iterable[ItemFailure], prior_states: Mapping[str, ItemState], sid: str, run_id: str, book: CommitBook
+) -> None:
+    for failure in failures:
+        st, action = failure_state(failure, prior_states.get(failure.item_key), sid, run_id)
+        book.states.append(st)
+        book.lineage.append(
+            RunItem(
+                item_key=failure.item_key,
+                action=action,
+                doc_id=st.doc_id,
+                reason=f"{failure.stage}: {failure.reason}",
+                version_before=st.version.to_dict() if st.version else None,
+                error=failure.error[:ERROR_CHARS],
+                warnings=failure.warnings or None,  # a fully scanned PDF's needs_ocr
+            )
+        )
+        book.counts[action] += 1
+
+
+def keep_missing(missing: Mapping[str, int], prior_states: Mapping[str, ItemState], book: CommitBook) -> None:
+    """Items absent from this complete listing but not yet deleted: their absolute miss count."""
+    for key, misses in missing.items():
+        st = prior_states.get(key)
+        if st is not None:
+            st.missing_runs = misses
+            book.states.append(st)
+
+
+def record_skipped(skipped: Iterable[Skip], book: CommitBook) -> None:
+    """Quarantined items and records the connector skipped: lineage only, state untouched."""
+    for skip in skipped:
+        book.lineage.append(RunItem(item_key=skip.item_key, action="skipped", reason=skip.reason))
+        book.counts["skipped"] += 1
+
+
+_ZEROS = (
+    *("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"),
+    *("chunks_written", "chunks_unchanged", "chunks_deleted"),
+)
+
+
+def run_counts(plan: RunPlan, manifests: list[BatchManifest], book: CommitBook) -> dict[str, Any]:
+    """The run's summary counts (the run log, the asset event, alerts)."""
+    counts = Counter(book.counts)
+    counts["fetched"] = sum(len(m.items) for m in manifests) + sum(
+        1 for m in manifests for u in m.unchanged if u.raw is not None
+    )
+    counts["parsed"] = counts["fetched"]  # every fetched item went through the parser
+    counts["chunked"] = counts["new"] + counts["changed"]
+    # A crawler downloads during discovery and reports its bytes; other connectors during fetch.
+    staged = sum(e.raw.byte_size for m in manifests for e in m.items + m.unchanged if e.raw is not None)
+    counts["bytes_fetched"] = int(plan.stats.get("bytes", staged))
+    result: dict[str, Any] = {k: int(v) for k, v in counts.items()}
+    for key in _ZEROS:
+        result.setdefault(key, 0)
+    result["missing_not_deleted"] = len(plan.missing)
+    # the connector's own counters (a crawl's fetched / not modified / skipped / errors by kind)
+    result["source_stats"] = plan.stats
+    result["listing_complete"] = plan.complete
+    result["batches"] = len(plan.batches)
+    return result
+
+
+def dry_run_lineage(plan: RunPlan) -> list[RunItem]:
+    """What a real run would change, as lineage rows (index and item state are not touched)."""
+    rows = [
+        RunItem(item_key=key, action=kind.value, reason="dry run: would be fetched and re-indexed if content changed")
+        for key, kind in plan.new_or_changed.items()
+    ]
+    rows += [
+        RunItem(item_key=d.item_key, action="deleted", doc_id=d.doc_id, reason=f"dry run: would delete ({d.reason})")
+        for d in plan.deletions
+    ]
+    return rows
+
+
+def dry_run_counts(plan: RunPlan) -> dict[str, Any]:
+    kinds = Counter(kind.value for kind in plan.new_or_changed.values())
+    return {
+        "dry_run": True,
+        "would_add": kinds.get("new", 0),
+        "would_update": kinds.get("changed", 0),
+        "unchanged": len(plan.unchanged),
+        "would_delete": len(plan.deletions),
+        **dict.fromkeys(("new", "changed", "deleted", "failed", "fetched", "parsed", "chunked", "chunks_written"), 0),
+    }
