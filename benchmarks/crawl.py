@@ -39,7 +39,7 @@ def _tributary_crawl(base: str, stage_dir: Path, cache_path: Path, known: dict |
     from include.config import SourceConfig
     from include.staging import StagingArea
     from plugins.connectors.base import DiscoveryRequest
-    from plugins.connectors.web import WebConnector
+    from plugins.connectors.web.connector import WebConnector
 
     options: dict[str, Any] = {
         "seeds": [base + "/"],

@@ -60,7 +60,7 @@ def _export_drive(sim: FeishuSimulator, n: int) -> tuple[str, list[tuple[str, st
 def _connector(sim: FeishuSimulator, url: str, folder: str, redis_url: str | None = None):
     from include.config import SourceConfig
     from plugins.connectors.base import ConnectorContext
-    from plugins.connectors.feishu import FeishuConnector
+    from plugins.connectors.feishu.connector import FeishuConnector
 
     os.environ["AIRFLOW_CONN_FEISHU_BENCH"] = (
         f'{{"conn_type": "http", "login": "{sim.app_id}", "password": "{sim.app_secret}", "host": "{url}"}}'

@@ -25,17 +25,16 @@ source file is rendered into DAGs, parsed by every scheduler and shown in the UI
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from include.contract import options_hash
 
@@ -47,7 +46,6 @@ __all__ = [
     "SourceError",
     "load_sources",
     "load_sources_report",
-    "options_model",
     "url_secret",
     "validate_options",
 ]
@@ -161,13 +159,10 @@ class EngineOptions(BaseModel):
     retention_keep_runs: int | None = Field(default=None, ge=0)
 
 
-# kind -> "module:Model" of its options, imported when a source of that kind is loaded.
-_OPTIONS_MODELS = {
-    "web": "plugins.connectors.web.options:WebOptions",
-    "files": "plugins.connectors.files.options:FilesOptions",
-    "feishu": "plugins.connectors.feishu.options:FeishuOptions",
-    "yuque": "plugins.connectors.yuque.options:YuqueOptions",
-}
+# The connector registry knows each kind's options model. The ground cannot import a component,
+# so it names the registry and loads it when a sources file is validated (its options modules
+# import pydantic and this module only; no connector).
+_OPTIONS_REGISTRY = "plugins.connectors.base"
 
 
 class ChunkerConfig(BaseModel):
@@ -258,37 +253,13 @@ def _expand(value: Any) -> Any:
     return value
 
 
-def options_model(kind: str) -> type[BaseModel]:
-    """The options model of a connector kind (every model derives from :class:`EngineOptions`)."""
-    try:
-        module, _, name = _OPTIONS_MODELS[kind].partition(":")
-    except KeyError:
-        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(_OPTIONS_MODELS))})") from None
-    return getattr(importlib.import_module(module), name)
+def validate_options(source: SourceConfig) -> EngineOptions:
+    """Validate ``source.options`` against its kind's model; ``ValueError`` names each bad key.
 
-
-def _describe(error: dict[str, Any], model: type[BaseModel]) -> str:
-    """One pydantic error as ``options.<key>: <what is wrong>`` (never the value)."""
-    loc = ".".join(str(p) for p in error.get("loc", ()))
-    where = f"options.{loc}" if loc else "options"
-    if error.get("type") == "extra_forbidden":
-        if len(error["loc"]) != 1:
-            return f"{where}: unknown option"
-        close = difflib.get_close_matches(str(error["loc"][0]), list(model.model_fields), n=1)
-        hint = f"did you mean {close[0]}?" if close else f"valid options: {', '.join(model.model_fields)}"
-        return f"{where}: unknown option ({hint})"
-    if error.get("type") == "value_error" and "error" in (error.get("ctx") or {}):
-        return f"{where}: {error['ctx']['error']}"
-    return f"{where}: {error.get('msg', 'invalid')}"
-
-
-def validate_options(source: SourceConfig) -> BaseModel:
-    """Validate ``source.options`` against its kind's model; ``ValueError`` names each bad key."""
-    model = options_model(source.kind)
-    try:
-        return model.model_validate(source.options)
-    except ValidationError as exc:
-        raise ValueError("; ".join(_describe(e, model) for e in exc.errors(include_input=False))) from None
+    The connector registry's ``validate_source_options`` (``plugins.connectors.base``) does the work.
+    """
+    registry = importlib.import_module(_OPTIONS_REGISTRY)
+    return cast(EngineOptions, registry.validate_source_options(source))
 
 
 @dataclass(frozen=True, slots=True)

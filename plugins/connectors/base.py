@@ -9,22 +9,38 @@ three places, each in its own Airflow task and possibly its own process:
    ``request.stage`` and set ``Change.staged_path``. It returns :class:`Discovery`, which also
    says whether the listing was *complete* and, if so, every current item key: the engine
    derives deletions from that (absent keys), guarded against mass deletion.
-2. ``fetch(change)`` in the mapped *fetch* tasks: return the item's bytes as a RawDocument.
+2. ``fetch_batch(changes)`` in the mapped *fetch* tasks: each item's bytes as a RawDocument
+   (the default calls ``fetch(change)`` per item).
 3. ``close()`` when the task ends.
+
+Besides: ``canonical_key(key)`` for every key a user supplies, ``input_dataset()`` for lineage.
+Which operator runs the fetch task is the DAG factory's business (a kind's operator table there),
+not the connector's.
 
 A connector never decides what is re-indexed: it reports version evidence, the engine
 compares hashes of extracted content and processing options.
+
+Each connector class names its options model (``options_model``, a subclass of the ground's
+:class:`~include.config.EngineOptions` that refuses unknown keys) and reads ``source.options``
+only through it. :func:`validate_source_options` checks a source against its kind's model
+without importing the connector (a sources file is loaded at every DAG parse); the connector
+validates the same model again when it is built. Credentials reach a connector as a
+:class:`~include.connections.ConnectionRecord`, read with ``include.connections``.
 """
 
 from __future__ import annotations
 
 import abc
+import difflib
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from include.config import SourceConfig
+from pydantic import ValidationError
+
+from include.config import EngineOptions, SourceConfig
 from include.contract import Change, RawDocument, VersionEvidence
 
 __all__ = [
@@ -34,7 +50,9 @@ __all__ = [
     "DiscoveryRequest",
     "FetchError",
     "get_connector_class",
+    "options_model",
     "register_connector",
+    "validate_source_options",
 ]
 
 
@@ -98,9 +116,8 @@ class Connector(abc.ABC):
     """Base class: subclasses set ``kind`` and are registered with :func:`register_connector`."""
 
     kind: ClassVar[str]
-    # Dotted path of an operator that replaces the generic fetch task (e.g. a deferrable one
-    # that waits for exports in the triggerer). Same input and output manifests as the generic one.
-    fetch_operator: ClassVar[str | None] = None
+    # the model of ``source.options`` (the one :func:`options_model` names for ``kind``)
+    options_model: ClassVar[type[EngineOptions]]
     # Keep fetched bytes in staging after a successful run unless the source config says otherwise
     # (connectors that *build* the bytes, like Yuque's lakesheet -> .xlsx, keep them for audit).
     retain_raw: ClassVar[bool] = False
@@ -145,15 +162,6 @@ class Connector(abc.ABC):
             raise ValueError("an empty item key")
         return canonical
 
-    def list_keys(self) -> set[str] | None:
-        """Every current item key, or None when the source cannot list completely.
-
-        The default re-runs an unconstrained discovery with nothing known; connectors with a
-        cheaper listing override it.
-        """
-        found = self.discover(DiscoveryRequest(known={}))
-        return found.all_keys if found.complete else None
-
     def input_dataset(self) -> tuple[str, str]:
         """(namespace, name) of the source for lineage, e.g. ("https://site", "/")."""
         return (self.kind, self.source.name)
@@ -176,9 +184,7 @@ def register_connector(cls: type[Connector]) -> type[Connector]:
 def get_connector_class(kind: str) -> type[Connector]:
     if kind not in _CONNECTORS:
         # Connectors live in plugins/connectors/<kind>/connector.py; importing it registers them
-        # (the package itself stays light: the DAG processor imports its options model).
-        import importlib
-
+        # (by name: the packages stay light, the DAG processor imports only their options models).
         try:
             importlib.import_module(f"plugins.connectors.{kind}.connector")
         except ModuleNotFoundError as exc:
@@ -188,3 +194,50 @@ def get_connector_class(kind: str) -> type[Connector]:
         return _CONNECTORS[kind]
     except KeyError:
         raise KeyError(f"no connector registered for kind {kind!r}") from None
+
+
+# kind -> "module:Model" of its options. Names, not imports: checking a sources file (every DAG
+# parse) imports these modules (pydantic and the ground only), never a connector and its libraries.
+_OPTIONS_MODELS = {
+    "web": "plugins.connectors.web.options:WebOptions",
+    "files": "plugins.connectors.files.options:FilesOptions",
+    "feishu": "plugins.connectors.feishu.options:FeishuOptions",
+    "yuque": "plugins.connectors.yuque.options:YuqueOptions",
+}
+
+
+def options_model(kind: str) -> type[EngineOptions]:
+    """The options model of a connector kind (``ValueError`` for a kind with none)."""
+    try:
+        module, _, name = _OPTIONS_MODELS[kind].partition(":")
+    except KeyError:
+        raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(_OPTIONS_MODELS))})") from None
+    model = getattr(importlib.import_module(module), name)
+    if not (isinstance(model, type) and issubclass(model, EngineOptions)):
+        raise TypeError(f"{_OPTIONS_MODELS[kind]} is not an EngineOptions model")
+    return model
+
+
+def validate_source_options(source: SourceConfig) -> EngineOptions:
+    """``source.options`` validated against its kind's model; ``ValueError`` names each bad key
+    (``options.max_page: unknown option (did you mean max_pages?)``), never a value."""
+    model = options_model(source.kind)
+    try:
+        return model.model_validate(source.options)
+    except ValidationError as exc:
+        raise ValueError("; ".join(_describe(e, model) for e in exc.errors(include_input=False))) from None
+
+
+def _describe(error: Mapping[str, Any], model: type[EngineOptions]) -> str:
+    """One pydantic error as ``options.<key>: <what is wrong>`` (never the value)."""
+    loc = ".".join(str(p) for p in error.get("loc", ()))
+    where = f"options.{loc}" if loc else "options"
+    if error.get("type") == "extra_forbidden":
+        if len(error["loc"]) != 1:
+            return f"{where}: unknown option"
+        close = difflib.get_close_matches(str(error["loc"][0]), list(model.model_fields), n=1)
+        hint = f"did you mean {close[0]}?" if close else f"valid options: {', '.join(model.model_fields)}"
+        return f"{where}: unknown option ({hint})"
+    if error.get("type") == "value_error" and "error" in (error.get("ctx") or {}):
+        return f"{where}: {error['ctx']['error']}"
+    return f"{where}: {error.get('msg', 'invalid')}"

@@ -115,23 +115,22 @@ def test_rate_limit_waits_reset_and_succeeds(sim: FeishuSimulator, client: Feish
 
 
 def test_settings_from_connection_feishu_and_lark_hosts() -> None:
-    from airflow.sdk import Connection
+    from include.connections import ConnectionRecord
+    from plugins.connectors.feishu.connection import settings_from_conn
 
-    from plugins.connectors.feishu.hook import settings_from_conn
-
-    lark = Connection(
+    lark = ConnectionRecord(
         conn_id="lark", conn_type="http", login="cli_x", password="pw-secret", host="https://open.larksuite.com"
     )
     assert settings_from_conn(lark).base_url == "https://open.larksuite.com/open-apis"
-    bare = Connection(conn_id="f", conn_type="http", login="cli_x", password="pw-secret")
+    bare = ConnectionRecord(conn_id="f", conn_type="http", login="cli_x", password="pw-secret")
     assert settings_from_conn(bare).base_url == "https://open.feishu.cn/open-apis"
-    extra = Connection(
+    extra = ConnectionRecord(
         conn_id="e",
         conn_type="http",
         login="cli_x",
         password="pw-secret",
-        extra='{"base_url": "http://127.0.0.1:9/open-apis"}',
+        extra={"base_url": "http://127.0.0.1:9/open-apis"},
     )
     assert settings_from_conn(extra).base_url == "http://127.0.0.1:9/open-apis"
     with pytest.raises(ValueError):
-        settings_from_conn(Connection(conn_id="n", conn_type="http", host="https://open.feishu.cn"))
+        settings_from_conn(ConnectionRecord(conn_id="n", conn_type="http", host="https://open.feishu.cn"))

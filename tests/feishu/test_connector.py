@@ -10,7 +10,8 @@ import pytest
 from include.config import SourceConfig
 from include.contract import ChangeKind, VersionEvidence
 from plugins.connectors.base import ConnectorContext, DiscoveryRequest, get_connector_class
-from plugins.connectors.feishu import FeishuConnector
+from plugins.connectors.feishu.connector import FeishuConnector
+from plugins.connectors.feishu.options import FeishuOptions
 from plugins.tributary_airflow.triggers.feishu import FeishuExportTrigger
 from tests.simulators.feishu import FeishuSimulator, demo_drive
 
@@ -26,10 +27,17 @@ def drive(sim: FeishuSimulator, feishu_conn: str) -> dict[str, str]:
     return demo_drive(sim)
 
 
-def test_registered_with_fetch_operator() -> None:
+def test_registered_and_fetched_by_the_export_operator() -> None:
+    """The connector is registered; which operator fetches its batches is the DAG factory's
+    table (the connector no longer names one): the deferrable export operator."""
+    from plugins.tributary_airflow.dag_factory import build_dag
+    from plugins.tributary_airflow.operators.feishu import FeishuExportFetchOperator
+
     cls = get_connector_class("feishu")
-    assert cls is FeishuConnector
-    assert cls.fetch_operator == "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator"
+    assert cls is FeishuConnector and cls.options_model is FeishuOptions
+    dag = build_dag(SourceConfig(kind="feishu", name="drive", options={"folders": ["fldcnX"]}))
+    fetch = dag.get_task("fetch")
+    assert getattr(fetch, "operator_class", type(fetch)) is FeishuExportFetchOperator
 
 
 def test_discover_walks_nested_folders_and_resolves_shortcuts(sim: FeishuSimulator, drive: dict[str, str]) -> None:

@@ -23,7 +23,7 @@ import pytest
 from include.config import SourceConfig
 from include.contract import Change, ChangeKind
 from plugins.connectors.base import ConnectorContext
-from plugins.connectors.feishu import FeishuConnector
+from plugins.connectors.feishu.connector import FeishuConnector
 from tests.simulators.feishu import FeishuSimulator
 
 pytestmark = pytest.mark.slow

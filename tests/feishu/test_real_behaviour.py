@@ -11,9 +11,9 @@ import pytest
 from include.config import SourceConfig
 from include.contract import Change, ChangeKind
 from plugins.connectors.base import ConnectorContext, DiscoveryRequest
-from plugins.connectors.feishu import FeishuConnector
 from plugins.connectors.feishu import errors as fe
 from plugins.connectors.feishu.client import FeishuClient
+from plugins.connectors.feishu.connector import FeishuConnector
 from tests.simulators.feishu import FeishuSimulator
 
 

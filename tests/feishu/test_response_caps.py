@@ -14,7 +14,7 @@ from plugins.connectors.feishu.answers import DEFAULT_MAX_RESPONSE_BYTES
 from plugins.connectors.feishu.client import FeishuClient, FeishuSettings
 from plugins.connectors.feishu.errors import FeishuNotFoundError, FeishuResponseTooLarge
 from plugins.connectors.feishu.exports import AsyncExportPoller, ExportTicket
-from plugins.connectors.feishu.hook import settings_from_connection
+from plugins.tributary_airflow.hooks.feishu import settings_from_connection
 from tests.feishu.child_call import GIB, call_in_child
 from tests.simulators.feishu import FeishuSimulator
 

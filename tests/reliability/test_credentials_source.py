@@ -5,7 +5,7 @@ secret written into it would spread; ``include/config.py`` refuses one at valida
 credential-named key at any depth of ``options``/``parser``/``chunker.options``/``index.options``
 or a URL carrying a password — with an error that points at Connections and never repeats the
 value. Connectors themselves read no environment variable: their credentials arrive through
-``BaseHook.get_connection(conn_id)`` (metadata DB, ``AIRFLOW_CONN_<ID>``, secrets backend); the
+``include.connections.get_connection(conn_id)`` (Airflow's metadata DB, ``AIRFLOW_CONN_<ID>``, secrets backend); the
 rest of the code reads only ``TRIBUTARY_*`` and the Elasticsearch client's standard variables.
 """
 
@@ -142,10 +142,11 @@ def test_connectors_read_no_environment_and_get_credentials_from_connections() -
     assert len(connectors) > 20
     offenders = {str(p.relative_to(ROOT)): _env_reads(p) for p in connectors if _env_reads(p)}
     assert offenders == {}, f"connectors must take credentials from their Airflow Connection: {offenders}"
-    # each kind that authenticates resolves its Connection through Airflow's hook machinery
-    for module in ("feishu/hook.py", "yuque/hook.py", "web/connector.py"):
+    # each kind that authenticates resolves its Connection through the ground's Connections
+    # lookup (include.connections, which reads Airflow's secrets backends)
+    for module in ("feishu/connector.py", "yuque/connector.py", "web/connector.py"):
         text = (ROOT / "plugins" / "connectors" / module).read_text(encoding="utf-8")
-        assert "get_connection(" in text, module
+        assert "from include.connections import get_connection" in text and "get_connection(" in text, module
 
 
 def test_other_code_reads_only_tributary_and_service_variables() -> None:

@@ -4,6 +4,10 @@ Against a real site (Python's static file server on 127.0.0.1) through the real 
 store and SQLite index: ``only_keys`` spelled differently from the crawler's keys re-syncs the
 page it names instead of indexing a second copy; the engine's own options are accepted by every
 kind; a URL carrying a credential never becomes an item key.
+
+Issue 21 point 5: every connector class names its options model (the one the connector registry
+validates a sources file against, without importing the connector) and reads ``source.options``
+only through it, so a typo of any kind fails when the DAG files are parsed.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from include.config import SourceConfig
+from include.config import EngineOptions, SourceConfig
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.connectors.base import get_connector_class, options_model, validate_source_options
 from plugins.engine import run_pipeline
 from tests.support import leakscan
 from tests.support.airflow import write_sources
@@ -53,9 +58,7 @@ def _web_source(base: str, **options: Any) -> SourceConfig:
 
 
 def _validate(kind: str, options: dict[str, Any]) -> Any:
-    from include.config import validate_options
-
-    return validate_options(SourceConfig(kind=kind, name="x", options=options))
+    return validate_source_options(SourceConfig(kind=kind, name="x", options=options))
 
 
 def _documents(source: SourceConfig) -> tuple[set[str], int]:
@@ -323,8 +326,6 @@ def _option_reads(path: Path) -> set[str]:
 @pytest.mark.parametrize("kind", ["web", "files", "feishu", "yuque"])
 def test_every_option_a_connector_reads_is_in_its_model(kind: str) -> None:
     """The options model refuses unknown keys at DAG parse, so it must know every key read."""
-    from include.config import options_model
-
     fields = set(options_model(kind).model_fields)
     package = ROOT / "plugins" / "connectors" / kind
     read = {k for p in package.glob("*.py") if p.name != "options.py" for k in _option_reads(p)}
@@ -332,10 +333,9 @@ def test_every_option_a_connector_reads_is_in_its_model(kind: str) -> None:
 
 
 def test_every_option_the_engine_reads_is_an_engine_option() -> None:
-    """``source.options`` keys read outside the connectors are the engine's, accepted by every kind."""
+    """``source.options`` keys read outside the connectors are the engine's, accepted by every
+    kind; a module of one kind's Airflow pieces (``operators/feishu.py``) may read that kind's."""
     import ast
-
-    from include.config import EngineOptions
 
     def source_options(node: ast.AST) -> bool:
         if not (isinstance(node, ast.Attribute) and node.attr == "options"):
@@ -345,8 +345,12 @@ def test_every_option_the_engine_reads_is_an_engine_option() -> None:
             isinstance(owner, ast.Attribute) and owner.attr == "source"
         )
 
+    unknown: dict[str, set[str]] = {}
     read: set[str] = set()
-    for path in [*(ROOT / "include").rglob("*.py"), *(ROOT / "plugins" / "operators").rglob("*.py")]:
+    for path in [*(ROOT / "include").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        if "connectors" in path.relative_to(ROOT).parts:
+            continue
+        allowed = set(options_model(path.stem).model_fields) if path.stem in KINDS else set(EngineOptions.model_fields)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.Call)
@@ -356,6 +360,96 @@ def test_every_option_the_engine_reads_is_an_engine_option() -> None:
                 and node.args
                 and isinstance(node.args[0], ast.Constant)
             ):
-                read.add(str(node.args[0].value))
+                key = str(node.args[0].value)
+                read.add(key)
+                if key not in allowed:
+                    unknown.setdefault(str(path.relative_to(ROOT)), set()).add(key)
     assert "window_overlap_minutes" in read  # the sync operator's read is found
-    assert read - set(EngineOptions.model_fields) == set()
+    assert unknown == {}
+
+
+# kind -> (valid options, a typo'd key, the field it means): issue 21 point 5
+KINDS: dict[str, tuple[dict[str, Any], str, str]] = {
+    "web": ({"seeds": ["https://example.org/"]}, "max_page", "max_pages"),
+    "files": ({"root": "/srv/share"}, "max_file_byte", "max_file_bytes"),
+    "feishu": ({"folders": ["fldcnX"]}, "export_concurency", "export_concurrency"),
+    "yuque": ({"namespaces": ["alice/kb"]}, "breadcrumb", "breadcrumbs"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_connector_reads_its_options_through_the_registry_model(kind: str) -> None:
+    """The class names the model the registry validates sources files against; the connector
+    built from a source holds its options as that model, and refuses the typo when it is built
+    (a SourceConfig made in code never went through the sources file's check)."""
+    options, typo, field = KINDS[kind]
+    cls = get_connector_class(kind)
+    model = options_model(kind)
+    assert cls.options_model is model and issubclass(model, EngineOptions)
+    assert model.model_config.get("extra") == "forbid"
+    connector = cls(SourceConfig(kind=kind, name="x", options={**options, "quarantine_after": 4}))
+    assert isinstance(connector.options, model) and connector.options.quarantine_after == 4
+    with pytest.raises(ValueError, match=typo):
+        cls(SourceConfig(kind=kind, name="x", options={**options, typo: 1}))
+    with pytest.raises(ValueError, match=rf"options\.{typo}: unknown option \(did you mean {field}\?\)"):
+        _validate(kind, {**options, typo: 1})
+
+
+def test_an_unknown_kind_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown kind 'ftp' \(known: feishu, files, web, yuque\)"):
+        options_model("ftp")
+
+
+def test_a_typo_of_every_kind_fails_when_the_dag_files_are_parsed(tmp_path: Path, monkeypatch) -> None:
+    """The DAG processor's parse (a real DagBag over dags/, offline): each kind's typo is the
+    import error of the check file, naming the source and the key; the valid sources keep their DAGs."""
+    import socket
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    def refuse(self: socket.socket, address: Any, *args: Any, **kwargs: Any) -> None:
+        raise OSError(f"network access during DAG import: {address}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    entries = []
+    for kind, (options, typo, _) in sorted(KINDS.items()):
+        entries.append({"kind": kind, "name": "good", "options": options})
+        entries.append({"kind": kind, "name": "typo", "options": {**options, typo: 1}})
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "s.yaml", entries)))
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert set(bag.dags) == {f"sync_{kind}_good" for kind in KINDS}
+    [(path, error)] = bag.import_errors.items()
+    assert path.endswith("tributary_sources_check.py")
+    for kind, (_, typo, field) in KINDS.items():
+        assert f"{kind}:typo" in error and f"options.{typo}: unknown option (did you mean {field}?)" in error
+
+
+def _source_option_reads(path: Path) -> list[tuple[int, bool]]:
+    """``source.options`` / ``self.source.options`` in a module: (line, is it a model_validate argument)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    validated = {
+        id(arg)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "model_validate"
+        for arg in node.args
+    }
+    reads = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "options":
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "source") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "source"
+            ):
+                reads.append((node.lineno, id(node) in validated))
+    return reads
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_connector_touches_source_options_only_to_validate_them(kind: str) -> None:
+    package = ROOT / "plugins" / "connectors" / kind
+    reads = {p.name: _source_option_reads(p) for p in sorted(package.glob("*.py"))}
+    assert any(validated for found in reads.values() for _, validated in found)  # the model is built
+    raw = {name: [line for line, validated in found if not validated] for name, found in reads.items()}
+    assert {name: lines for name, lines in raw.items() if lines} == {}

@@ -14,7 +14,7 @@ from include.config import SourceConfig
 from include.contract import Change, ChangeKind, VersionEvidence
 from include.staging import StagingArea
 from plugins.connectors.base import Discovery, DiscoveryRequest
-from plugins.connectors.web import WebConnector
+from plugins.connectors.web.connector import WebConnector
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

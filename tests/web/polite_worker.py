@@ -9,7 +9,7 @@ import sys
 from include.config import SourceConfig
 from include.staging import StagingArea
 from plugins.connectors.base import DiscoveryRequest
-from plugins.connectors.web import WebConnector
+from plugins.connectors.web.connector import WebConnector
 
 
 def main() -> None:

@@ -261,7 +261,7 @@ def test_login_headers_and_cookies_from_airflow_connection(
     fault_site, tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from include.config import SourceConfig
-    from plugins.connectors.web import WebConnector
+    from plugins.connectors.web.connector import WebConnector
 
     site, base = fault_site
     conn = {

@@ -14,7 +14,7 @@ import pytest
 
 from include.config import SourceConfig
 from include.contract import Change, ChangeKind, VersionEvidence
-from plugins.connectors.web import WebConnector
+from plugins.connectors.web.connector import WebConnector
 from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
 from tests.support.server import serve_asgi
 from tests.web.child_fetch import fetch_in_child

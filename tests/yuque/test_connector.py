@@ -12,10 +12,10 @@ import pytest
 
 from include.contract import Change, ChangeKind, VersionEvidence
 from plugins.connectors.base import DiscoveryRequest, FetchError, get_connector_class
-from plugins.connectors.yuque import YuqueConnector
-from plugins.connectors.yuque.hook import YuqueHook
+from plugins.connectors.yuque.connector import YuqueConnector
 from plugins.connectors.yuque.lakesheet import XLSX_MEDIA_TYPE
 from plugins.connectors.yuque.models import parse_time
+from plugins.tributary_airflow.hooks.yuque import YuqueHook
 from tests.yuque.conftest import TEAM_TOKEN, yuque_source
 from tests.yuque.sheet_models import GOLDEN
 

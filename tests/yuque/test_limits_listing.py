@@ -11,8 +11,8 @@ import pytest
 from include.contract import VersionEvidence
 from include.index import open_index
 from plugins.connectors.base import DiscoveryRequest
-from plugins.connectors.yuque import YuqueConnector
 from plugins.connectors.yuque.budget import RequestBudget
+from plugins.connectors.yuque.connector import YuqueConnector
 from plugins.connectors.yuque.errors import YuqueBudgetExhausted, YuqueRateLimitError, YuqueRedirectError
 from plugins.engine import run_pipeline
 from tests.yuque.conftest import make_client, yuque_source

@@ -10,10 +10,10 @@ import pytest
 
 from include.contract import Change, ChangeKind
 from plugins.connectors.base import FetchError
-from plugins.connectors.yuque import YuqueConnector
 from plugins.connectors.yuque.client import DEFAULT_MAX_RESPONSE_BYTES
+from plugins.connectors.yuque.connector import YuqueConnector
 from plugins.connectors.yuque.errors import YuqueAuthError, YuqueResponseTooLarge
-from plugins.connectors.yuque.hook import YuqueHook
+from plugins.tributary_airflow.hooks.yuque import YuqueHook
 from tests.yuque.conftest import FAST, TOKEN, make_client, yuque_source
 
 MIB = 1024 * 1024

@@ -1,15 +1,6 @@
-"""Feishu / Lark drive connector (``kind: feishu``, registered when ``connector`` is imported)."""
+"""Feishu / Lark drive source (``kind: feishu``).
 
-from typing import Any
-
-__all__ = ["FeishuConnector"]
-
-
-def __getattr__(attr: str) -> Any:
-    # PEP 562: the connector and its libraries load on first use, so that loading a sources file
-    # (every DAG parse) can import this package's options model without them.
-    if attr == "FeishuConnector":
-        from plugins.connectors.feishu.connector import FeishuConnector
-
-        return FeishuConnector
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+The connector is :class:`plugins.connectors.feishu.connector.FeishuConnector` (registered when
+that module is imported). This package re-exports nothing: loading a sources file (every DAG
+parse) imports ``options`` from it, which must not pull in the client and its libraries.
+"""

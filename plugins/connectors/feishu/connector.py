@@ -1,6 +1,6 @@
 """The Feishu drive connector (``kind: feishu``).
 
-Options (``SourceConfig.options``)::
+Options (``SourceConfig.options``, read only through :class:`.options.FeishuOptions`)::
 
     folders: [fldcn..., root]      # drive folders walked recursively; root = the caller's own root
     wiki_spaces: []                # wiki space ids, or "all" (every space the caller can read)
@@ -25,6 +25,10 @@ export. A run window (backfill data interval, or a scheduled window widened by t
 ``window_overlap_minutes``) limits the reported changes to items modified inside it. Discovery is complete only when every folder listed; with an incomplete walk, known
 items that were not seen are re-checked with the batch meta query and those in its
 ``failed_list`` (deleted, unshared) are reported as deletions.
+
+The app's credentials come from the Connection ``conn_id`` (default ``feishu_default``), read
+through ``include.connections`` when the first client is built (:mod:`.connection`). The fetch
+stage may wait for exports in the triggerer: the DAG factory picks that operator for this kind.
 """
 
 from __future__ import annotations
@@ -35,9 +39,20 @@ import time
 from datetime import datetime
 from typing import Any, ClassVar
 
+from include.config import SourceConfig
+from include.connections import get_connection
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
-from plugins.connectors.base import Connector, Discovery, DiscoveryRequest, FetchError, register_connector
+from include.settings import get_settings
+from plugins.connectors.base import (
+    Connector,
+    ConnectorContext,
+    Discovery,
+    DiscoveryRequest,
+    FetchError,
+    register_connector,
+)
 from plugins.connectors.feishu.client import Download, FeishuClient, FeishuSettings
+from plugins.connectors.feishu.connection import DEFAULT_CONN_ID, settings_from_conn
 from plugins.connectors.feishu.discovery import meta_status, resolve_folders, resolve_spaces
 from plugins.connectors.feishu.errors import FeishuError
 from plugins.connectors.feishu.exports import (
@@ -48,6 +63,7 @@ from plugins.connectors.feishu.exports import (
     start_item_exports,
 )
 from plugins.connectors.feishu.listing import DEFAULT_TYPES, DriveItem, Walk, walk_drive
+from plugins.connectors.feishu.options import FeishuOptions
 from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
 
 __all__ = ["FeishuConnector", "default_tenant_url"]
@@ -73,11 +89,11 @@ def default_tenant_url(host: str) -> str:
 @register_connector
 class FeishuConnector(Connector):
     kind: ClassVar[str] = "feishu"
-    fetch_operator: ClassVar[str | None] = "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator"
+    options_model = FeishuOptions
 
-    def __init__(self, source, context=None) -> None:
+    def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)
-        self.options: dict[str, Any] = dict(source.options)
+        self.options = FeishuOptions.model_validate(source.options)
         self._client: FeishuClient | None = None
         self._settings: FeishuSettings | None = None
 
@@ -85,32 +101,28 @@ class FeishuConnector(Connector):
 
     @property
     def conn_id(self) -> str:
-        return self.source.conn_id or "feishu_default"
+        return self.source.conn_id or DEFAULT_CONN_ID
 
     @property
     def redis_url(self) -> str | None:
         if self.context.redis_url:
             return self.context.redis_url
-        from include.settings import get_settings
-
         return get_settings().redis_url
 
     def client_overrides(self) -> dict[str, Any]:
-        overrides = {
-            k: v
-            for k, v in (self.options.get("client") or {}).items()
-            if k in ("timeout", "max_attempts", "rate_limit_max_wait", "token_margin")
-        }
-        if self.options.get("rate_limits"):
-            overrides["limits"] = self.options["rate_limits"]
+        """``FeishuSettings`` fields the source's options set (JSON-ready: the trigger gets them)."""
+        overrides: dict[str, Any] = self.options.client.model_dump(exclude_none=True)
+        if self.options.rate_limits:
+            overrides["limits"] = {
+                api: [list(rule) for rule in rules] for api, rules in self.options.rate_limits.items()
+            }
         return overrides
 
     @property
     def settings(self) -> FeishuSettings:
         if self._settings is None:
-            from plugins.connectors.feishu.hook import settings_from_connection
-
-            self._settings = settings_from_connection(self.conn_id, redis_url=self.redis_url, **self.client_overrides())
+            conn = get_connection(self.conn_id)
+            self._settings = settings_from_conn(conn, redis_url=self.redis_url, **self.client_overrides())
         return self._settings
 
     @property
@@ -125,11 +137,11 @@ class FeishuConnector(Connector):
             self._client = None
 
     def input_dataset(self) -> tuple[str, str]:
-        return (self.settings.host if self._settings else "feishu", ",".join(self.options.get("folders") or []))
+        return (self.settings.host if self._settings else "feishu", ",".join(self.options.folders))
 
     @property
     def formats(self) -> dict[str, str]:
-        return {**DEFAULT_FORMATS, **(self.options.get("export_formats") or {})}
+        return {**DEFAULT_FORMATS, **self.options.export_formats}
 
     # ----------------------------------------------------------------- discover
 
@@ -145,13 +157,13 @@ class FeishuConnector(Connector):
         return not (end is not None and modified > end.timestamp())
 
     def _walk(self) -> Walk:
-        folders = resolve_folders(self.client, self.options.get("folders") or [])
+        folders = resolve_folders(self.client, self.options.folders)
         return walk_drive(
             self.client,
             folders,
-            wiki_spaces=resolve_spaces(self.client, self.options.get("wiki_spaces")),
-            types=self.options.get("types") or DEFAULT_TYPES,
-            tenant_url=self.options.get("tenant_url"),
+            wiki_spaces=resolve_spaces(self.client, self.options.wiki_spaces),
+            types=self.options.types or DEFAULT_TYPES,
+            tenant_url=self.options.tenant_url,
             site_url=default_tenant_url(self.settings.host),
         )
 
@@ -190,7 +202,7 @@ class FeishuConnector(Connector):
             change = self._change(key, item, request.known.get(key))
             counts[change.kind.value] += 1
             changes.append(change)
-        if self.options.get("docx_revision_check"):
+        if self.options.docx_revision_check:
             changes = [self._by_revision(ch, request.known.get(ch.item_key)) for ch in changes]
             counts.update({k: sum(c.kind.value == k for c in changes) for k in ("new", "changed", "unchanged")})
         changes += deleted
@@ -290,11 +302,11 @@ class FeishuConnector(Connector):
 
     @property
     def max_bytes(self) -> int:
-        return int(self.options.get("max_file_bytes", 100 * 1024 * 1024))
+        return self.options.max_file_bytes
 
     def is_export(self, change: Change) -> bool:
         kind = change.metadata.get("feishu_type", "file")
-        return kind != "file" and not (kind == "docx" and self.options.get("docx_fetch") == "raw_content")
+        return kind != "file" and not (kind == "docx" and self.options.docx_fetch == "raw_content")
 
     def start_exports(self, changes: list[Change]) -> tuple[list[ExportTicket], list[tuple[str, FetchError]]]:
         """Create a batch's export tickets (the deferred path; one per sheet/table for CSV)."""
@@ -318,9 +330,9 @@ class FeishuConnector(Connector):
 
     def poll_kwargs(self) -> dict[str, float]:
         return {
-            "deadline": time.time() + float(self.options.get("export_deadline_seconds", 900)),
-            "interval": float(self.options.get("export_poll_interval", 1.0)),
-            "max_interval": float(self.options.get("export_poll_max_interval", 8.0)),
+            "deadline": time.time() + self.options.export_deadline_seconds,
+            "interval": self.options.export_poll_interval,
+            "max_interval": self.options.export_poll_max_interval,
         }
 
     def _direct(self, change: Change) -> RawDocument:
@@ -373,13 +385,16 @@ class FeishuConnector(Connector):
         if not changes:
             return [], []
         by_key = {c.item_key: c for c in changes}
+        poll = self.poll_kwargs()
         results = run_exports(
             self.client,
             [(c.item_key, c.metadata["feishu_type"]) for c in changes],
             formats=self.formats,
             max_bytes=self.max_bytes,
-            max_in_flight=int(self.options.get("export_concurrency", 20)),
-            **self.poll_kwargs(),
+            max_in_flight=self.options.export_concurrency,
+            deadline=poll["deadline"],
+            interval=poll["interval"],
+            max_interval=poll["max_interval"],
         )
         docs, failures = [], []
         for res in results:

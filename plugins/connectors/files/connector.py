@@ -1,7 +1,8 @@
 """``files`` connector: every file under a root directory is one item.
 
-Options: ``root`` (directory), ``include`` (glob patterns, default ``["**/*"]``), ``exclude``
-(glob patterns), ``max_file_bytes`` (default 100 MiB; larger files are recorded as failed).
+Options (read only through :class:`.options.FilesOptions`): ``root`` (directory), ``include``
+(glob patterns, default ``["**/*"]``), ``exclude`` (glob patterns), ``max_file_bytes`` (default
+100 MiB; larger files are recorded as failed).
 Version evidence is the file's modification time and size; the listing is always complete,
 so files removed from the folder are deleted from the index.
 """
@@ -31,6 +32,7 @@ __all__ = ["FilesConnector"]
 @register_connector
 class FilesConnector(Connector):
     kind = "files"
+    options_model = FilesOptions
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)

@@ -1,15 +1,6 @@
-"""Web source (``kind: web``): :class:`WebConnector` (registered when ``connector`` is imported)."""
+"""Web source (``kind: web``): a polite, incremental crawler of one site.
 
-from typing import Any
-
-__all__ = ["WebConnector"]
-
-
-def __getattr__(attr: str) -> Any:
-    # PEP 562: the connector and its libraries load on first use, so that loading a sources file
-    # (every DAG parse) can import this package's options model without them.
-    if attr == "WebConnector":
-        from plugins.connectors.web.connector import WebConnector
-
-        return WebConnector
-    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+The connector is :class:`plugins.connectors.web.connector.WebConnector` (registered when that
+module is imported). This package re-exports nothing: loading a sources file (every DAG parse)
+imports ``options`` from it, which must not pull in the crawler and its libraries.
+"""

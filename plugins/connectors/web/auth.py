@@ -4,6 +4,10 @@ The Airflow Connection's headers, cookies and basic auth belong to the site the 
 crawls. They are attached to each request whose URL the ``CredentialScope`` admits, never set
 on the HTTP client: a robots.txt or a sitemap that redirects to another host, a hop off the
 site, or an https page redirected to plain http must not receive them.
+
+They come from the source's Connection (``conn_id``), read as a ground
+:class:`~include.connections.ConnectionRecord`: ``login``/``password`` become HTTP basic auth,
+``extra`` may hold ``{"headers": {...}, "cookies": {...}}`` (:func:`credentials_from_conn`).
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from include.connections import ConnectionRecord
 from plugins.connectors.web.urls import Scope, canonicalize
 
-__all__ = ["CredentialScope", "Credentials"]
+__all__ = ["CredentialScope", "Credentials", "credentials_from_conn"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -88,3 +93,11 @@ class Credentials:
         if not self._headers or self.scope is None or not self.scope.admits(url):
             return {}
         return dict(self._headers)
+
+
+def credentials_from_conn(conn: ConnectionRecord, scope: CredentialScope | None = None) -> Credentials:
+    """A web Connection's headers, cookies and basic auth, to be sent where ``scope`` admits."""
+    headers = {str(k): str(v) for k, v in (conn.extra.get("headers") or {}).items()}
+    cookies = {str(k): str(v) for k, v in (conn.extra.get("cookies") or {}).items()}
+    auth = (conn.login, conn.password or "") if conn.login else None
+    return Credentials(headers, cookies, auth, scope)

@@ -11,9 +11,10 @@ Example source::
         max_pages: 5000
         delay_seconds: 1.0
 
-Secrets come from the Airflow Connection ``conn_id``: ``login``/``password`` become HTTP basic
-auth, ``extra`` may hold ``{"headers": {...}, "cookies": {...}}``. They are sent only to the
-source's own hosts (redirects out of scope are refused) and never logged.
+Options are read only through :class:`.options.WebOptions`. Secrets come from the Connection
+``conn_id`` (``include.connections``; :func:`.auth.credentials_from_conn`): ``login``/``password``
+become HTTP basic auth, ``extra`` may hold ``{"headers": {...}, "cookies": {...}}``. They are sent
+only to the source's own origins (``CredentialScope``) and never logged.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 from include.config import SourceConfig
+from include.connections import get_connection
 from include.contract import Change, RawDocument
 from include.settings import get_settings
+from include.staging import StagingArea
 from plugins.connectors.base import (
     Connector,
     ConnectorContext,
@@ -36,14 +39,14 @@ from plugins.connectors.base import (
     FetchError,
     register_connector,
 )
-from plugins.connectors.web.auth import CredentialScope
+from plugins.connectors.web.auth import Credentials, CredentialScope, credentials_from_conn
 from plugins.connectors.web.cache import LinkCache
 from plugins.connectors.web.crawler import Crawler
 from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
 from plugins.connectors.web.options import WebOptions, canonical_page_url
 from plugins.connectors.web.politeness import make_politeness
 from plugins.connectors.web.ssrf import AddressGuard
-from plugins.connectors.web.urls import file_name_for
+from plugins.connectors.web.urls import Scope, file_name_for
 
 __all__ = ["WebConnector"]
 
@@ -63,6 +66,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 @register_connector
 class WebConnector(Connector):
     kind = "web"
+    options_model = WebOptions
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)
@@ -81,19 +85,12 @@ class WebConnector(Connector):
 
     # ------------------------------------------------------------------ wiring
 
-    def _credentials(self) -> tuple[dict[str, str], dict[str, str], tuple[str, str] | None]:
-        """Headers, cookies and basic auth from the Airflow Connection, read lazily so that
-        importing DAGs never touches Airflow's secrets backends."""
+    def _credentials(self) -> Credentials:
+        """Headers, cookies and basic auth from the source's Connection, read when a fetcher is
+        built (never at import: DAG parsing must not reach the secrets backends)."""
         if not self.source.conn_id:
-            return {}, {}, None
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(self.source.conn_id)
-        extra = conn.extra_dejson or {}
-        headers = {str(k): str(v) for k, v in (extra.get("headers") or {}).items()}
-        cookies = {str(k): str(v) for k, v in (extra.get("cookies") or {}).items()}
-        auth = (conn.login, conn.password or "") if conn.login else None
-        return headers, cookies, auth
+            return Credentials()
+        return credentials_from_conn(get_connection(self.source.conn_id))
 
     def _redis_url(self) -> str | None:
         if self.options.redis_url is not None:
@@ -106,7 +103,7 @@ class WebConnector(Connector):
         return get_settings().home / "web-cache" / f"{self.source.name}.sqlite"
 
     def _fetcher(self, delay_for: Any = None) -> Fetcher:
-        headers, cookies, auth = self._credentials()
+        credentials = self._credentials()
         o = self.options
         config = FetcherConfig(
             user_agent=o.user_agent,
@@ -116,9 +113,9 @@ class WebConnector(Connector):
             max_redirects=o.max_redirects,
             retries=o.retries,
             backoff_seconds=o.backoff_seconds,
-            headers={**o.headers, **headers},
-            cookies=cookies,
-            auth=auth,
+            headers={**o.headers, **credentials.headers},
+            cookies=dict(credentials.cookies),
+            auth=credentials.auth,
             credential_scope=CredentialScope(o.seeds, o.scope),
         )
         guard = AddressGuard(allow=o.allowlist, allow_private=o.allow_private_networks)
@@ -168,8 +165,6 @@ class WebConnector(Connector):
         url = change.url or change.item_key
         content_type = change.metadata.get("content_type")
         if change.staged_path:
-            from include.staging import StagingArea
-
             data = StagingArea.read_bytes(change.staged_path)
         else:
             data, content_type = _run(self._fetch_live(url))
@@ -186,8 +181,6 @@ class WebConnector(Connector):
 
     async def _fetch_live(self, url: str) -> tuple[bytes, str | None]:
         """Fetch one URL outside a crawl (a change that was not staged)."""
-        from plugins.connectors.web.urls import Scope
-
         scope = Scope(self.options.seeds, self.options.scope)
         fetcher = self._fetcher()
         try:

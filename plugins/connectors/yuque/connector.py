@@ -1,6 +1,6 @@
 """The Yuque connector: knowledge-base docs -> changes -> Markdown / HTML / .xlsx bytes.
 
-Options (``SourceConfig.options``, validated by :class:`.options.YuqueOptions`):
+Options (``SourceConfig.options``, read only through :class:`.options.YuqueOptions`):
 
 - ``namespaces``: list of ``login/slug`` repos to sync; absent or ``"all"`` = every repo of the
   owner. A configured repo answering 404 (a typo, a token of another team: Yuque answers 404
@@ -25,6 +25,9 @@ Item key ``<book_id>/<doc_id>`` (stable across repo renames; keys of earlier rel
 renamed to it through ``Discovery.renames``, keeping doc and chunk ids); version evidence in
 :mod:`.versions`. Discovery never downloads a body: an unchanged space costs, per repo, one
 incremental listing page, one tombstone listing and one TOC.
+
+The token comes from the Connection ``conn_id`` (default ``yuque_default``), read through
+``include.connections`` when the first request needs a client (:mod:`.connection`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from include.config import SourceConfig
+from include.connections import get_connection
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from plugins.connectors.base import (
     Connector,
@@ -44,6 +48,7 @@ from plugins.connectors.base import (
     register_connector,
 )
 from plugins.connectors.yuque.client import YuqueClient
+from plugins.connectors.yuque.connection import DEFAULT_CONN_ID, client_from_conn
 from plugins.connectors.yuque.errors import (
     YuqueBudgetExhausted,
     YuqueError,
@@ -52,8 +57,9 @@ from plugins.connectors.yuque.errors import (
 )
 from plugins.connectors.yuque.formats import UnsupportedFormat, render_doc
 from plugins.connectors.yuque.headings import with_heading_path
-from plugins.connectors.yuque.lakesheet import DEFAULT_MAX_SHEET_BYTES, LakesheetError
+from plugins.connectors.yuque.lakesheet import LakesheetError
 from plugins.connectors.yuque.models import DocDetail, DocSummary, RecordError, parse_time
+from plugins.connectors.yuque.options import YuqueOptions
 from plugins.connectors.yuque.versions import (
     UNKNOWN,
     Comparison,
@@ -78,6 +84,7 @@ _log = logging.getLogger(__name__)
 @register_connector
 class YuqueConnector(Connector):
     kind = "yuque"
+    options_model = YuqueOptions
     # rebuilt lakesheet workbooks (and the other bodies) stay in staging after a run, for audit
     retain_raw = True
 
@@ -85,15 +92,14 @@ class YuqueConnector(Connector):
         self, source: SourceConfig, context: ConnectorContext | None = None, *, client: YuqueClient | None = None
     ) -> None:
         super().__init__(source, context)
+        self.options = YuqueOptions.model_validate(source.options)
         self._client = client
-        self._hook: Any = None
         self.log = self.context.log or _log
-        opts = source.options
-        namespaces = opts.get("namespaces")
-        self.namespaces: list[str] | None = None if namespaces in (None, "all") else [str(n) for n in namespaces]
-        self.max_sheet_bytes = int(opts.get("max_sheet_bytes", DEFAULT_MAX_SHEET_BYTES))
-        self.include_drafts = bool(opts.get("include_drafts", False))
-        self.toc_headings = bool(opts.get("toc_headings", True))
+        namespaces = self.options.namespaces
+        self.namespaces: list[str] | None = None if namespaces in (None, "all") else list(namespaces or [])
+        self.max_sheet_bytes = self.options.max_sheet_bytes
+        self.include_drafts = self.options.include_drafts
+        self.toc_headings = self.options.toc_headings
         self._listed_at = ""
 
     # ------------------------------------------------------------------ client
@@ -101,18 +107,14 @@ class YuqueConnector(Connector):
     @property
     def client(self) -> YuqueClient:
         if self._client is None:
-            from plugins.connectors.yuque.hook import YuqueHook  # Airflow imported only when needed
-
-            self._hook = YuqueHook(self.source.conn_id or YuqueHook.default_conn_name, redis_url=self.context.redis_url)
-            self._client = self._hook.get_conn()
+            conn = get_connection(self.source.conn_id or DEFAULT_CONN_ID)
+            self._client = client_from_conn(conn, redis_url=self.context.redis_url)
         return self._client
 
     def close(self) -> None:
-        if self._hook is not None:
-            self._hook.close()
-        elif self._client is not None:
+        if self._client is not None:
             self._client.close()
-        self._client = self._hook = None
+        self._client = None
 
     def canonical_key(self, key: str) -> str:
         """``<book_id>/<doc_id>``; a key of the earlier ``<login>/<slug>/<doc_id>`` form is refused
@@ -136,13 +138,13 @@ class YuqueConnector(Connector):
         known = dict(request.known) if request is not None else {}
         incremental = (
             request is not None
-            and bool(self.source.options.get("incremental_listing", True))
+            and self.options.incremental_listing
             and not request.full_resync
             and request.window_start is None
             and request.window_end is None
             and request.only_keys is None
         )
-        walker = Walker(self.client, self.source.options, self.log)
+        walker = Walker(self.client, self.options.model_dump(), self.log)
         walk = Walk()
         for repo in walker.repos(walk):
             walker.list_repo(repo, walk, known, incremental=incremental)
@@ -223,12 +225,12 @@ class YuqueConnector(Connector):
             for doc_id in entry.unlisted:
                 current[doc_id] = item_key(entry.repo.id, doc_id)
         for key in walk.extra_keys:  # unreadable records still exist: their state moves too
-            if (doc_id := doc_id_of(key)) is not None:
-                current.setdefault(doc_id, key)
+            if (extra_id := doc_id_of(key)) is not None:
+                current.setdefault(extra_id, key)
         # forced items (full resync, new options) are not ``known`` but their keys still move
         renames = legacy_renames(frozenset(request.known) | request.stored, current)
         known = {renames.get(k, k): v for k, v in request.known.items()}
-        by_doc = {doc_id_of(k): k for k in known}
+        by_doc = _by_doc_id(known)
         changes: list[Change] = []
         unchanged: list[Change] = []
         all_keys = set(walk.extra_keys)
@@ -275,7 +277,7 @@ class YuqueConnector(Connector):
 
     def _deletions(self, walk: Walk, known: dict[str, VersionEvidence], alive: set[str]) -> list[Change]:
         """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays)."""
-        by_doc = {doc_id_of(k): k for k in known}
+        by_doc = _by_doc_id(known)
         changes = []
         for entry in walk.repos:
             for doc in entry.tombstones:
@@ -291,10 +293,6 @@ class YuqueConnector(Connector):
                         )
                     )
         return changes
-
-    def list_keys(self) -> set[str] | None:
-        found = self.discover(DiscoveryRequest(known={}))
-        return found.all_keys if found.complete else None
 
     # ------------------------------------------------------------------ fetch
 
@@ -353,6 +351,11 @@ class YuqueConnector(Connector):
                 **({"breadcrumbs": crumbs} if crumbs is not None else {}),
             },
         )
+
+
+def _by_doc_id(known: dict[str, VersionEvidence]) -> dict[int, str]:
+    """Known item keys by Yuque doc id (a key naming no doc id names nothing here)."""
+    return {doc_id: key for key in known if (doc_id := doc_id_of(key)) is not None}
 
 
 def _iso(moment: datetime) -> str:

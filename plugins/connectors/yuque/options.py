@@ -1,7 +1,7 @@
 """Options of a Yuque source (``SourceConfig.options`` for ``kind: yuque``).
 
-Validated when the sources file is loaded (DAG parse), so a typo fails there, naming the key;
-the connector still reads ``source.options`` itself (issue 21 moves it onto this model).
+Validated when the sources file is loaded (DAG parse), so a typo fails there, naming the key,
+and again when the connector is built: the connector reads its options only through this model.
 Kept free of the connector's imports: loading a sources file imports only this module's
 dependencies (pydantic, ``include.config``).
 """
