@@ -53,9 +53,8 @@ class Prefix:
 class ChunkSink:
     """Where :func:`pack_run` puts its chunks: the document's chunk list, numbered in order.
 
-    Chunks are built once, with their final id and sequence (the position in ``chunks``), rather
-    than as drafts copied into chunks afterwards: one object (and one garbage-collector-tracked
-    allocation) less per chunk.
+    Chunks are built once, with their final id and sequence (the position in ``chunks``), so no
+    draft object has to be made and copied for every chunk.
     """
 
     doc_id: str
@@ -72,20 +71,18 @@ class ChunkSink:
         metadata: dict[str, Any],
     ) -> None:
         seq = len(self.chunks)
-        doc_id = self.doc_id
-        # Positional arguments, in Chunk's field order: a keyword call costs a third more.
         self.chunks.append(
             Chunk(
-                chunk_id(doc_id, seq),
-                doc_id,
-                seq,
-                text,
-                token_count,
-                content_hash,
-                heading_path,
-                positions,
-                kind,
-                metadata,
+                chunk_id=chunk_id(self.doc_id, seq),
+                doc_id=self.doc_id,
+                sequence=seq,
+                text=text,
+                token_count=token_count,
+                content_hash=content_hash,
+                heading_path=heading_path,
+                positions=positions,
+                kind=kind,
+                metadata=metadata,
             )
         )
 
@@ -122,12 +119,10 @@ def _block_ends(texts: Sequence[str], ascii_only: bool) -> tuple[list[int], list
     None for an ASCII run, whose characters are its bytes.
 
     A block starts one byte after the previous block's end. Only the blocks with non-ASCII text
-    are encoded again, for their UTF-8 length, each into a short-lived buffer. Lists of ints,
-    not numpy arrays: most runs have tens of blocks, where numpy's per-call cost is most of the
-    work, and ``bisect`` reads a list without making an int per probe. (Mapping character
-    offsets through the run's bytes with numpy was faster alone but made per-byte temporaries
-    that pushed the tokenizer's tables out of the cache: the chunker was 4-7% slower end to end
-    on the benchmark corpus.)
+    are encoded again, for their UTF-8 length. Lists of ints rather than numpy arrays: most runs
+    have tens of blocks, too few for numpy to pay off, and ``bisect`` reads a list directly.
+    (Mapping offsets through the run's bytes with numpy makes per-byte temporaries that push the
+    tokenizer's tables out of the CPU cache, which costs more than it saves.)
     """
     if ascii_only:
         return list(map(add, itertools.accumulate(map(len, texts)), itertools.count())), None
@@ -274,149 +269,210 @@ def pack_run(
     spans a break and no overlap reaches back across one; what is shared is everything else a run
     costs (a heading-dense document has hundreds of sections).
     """
-    if not texts:
-        return
-    joined = "\n".join(texts)
-    # Block ends first, while the join has the texts in the cache: the tokenizer's tables
-    # would push them out (measured: 1-2% of the chunker's time).
-    block_ends, chars = _block_ends(texts, joined.isascii())
-    if breaks:
-        bounds = [0, *breaks, len(texts)]
-        run = Run.of_sections(joined, ["\n".join(texts[a:b]) for a, b in itertools.pairwise(bounds)])
-    else:
-        run = Run(joined)
-    cutter = _Cutter(
-        run,
-        block_ends,
-        delimiter_pattern(delimiters),
-        delimiter_bytes(delimiters),
-        max_units,
-        isolate_split,
-    )
-    size = len(run)
-    token_ends = run.token_ends
-    count, cut_at = run.count, cutter.cut
-    pos = block = 0  # where the next chunk's body starts, and the block that byte is in
-    at_block_start = True
-    prev_start = prev_end = -1  # the previous chunk's run bytes (none yet)
-    section, section_end = 0, len(texts)  # the current section: its number, the block after it
-    data = run.data
-    while pos < size:
-        first_block = block
-        if breaks:
-            following = bisect_right(breaks, block)
-            if following != section:  # a new section: nothing of the previous one overlaps into it
-                section, prev_start, prev_end = following, -1, -1
-            section_end = breaks[following] if following < len(breaks) else len(texts)
-        prefix = prefix_at(block, at_block_start)
-        skip_to = prefix.skip_to_unit
-        folded = skip_to is not None
-        if skip_to is not None:
-            if skip_to >= section_end:  # headings with nothing after them: the path alone
-                _emit(sink, run, prefix, size, size, size, kind, unit_positions, first_block, skip_to - 1)
-                if skip_to >= len(texts):
-                    break
-                block, at_block_start = skip_to, True
+    if texts:
+        packer = _Packer(texts, unit_positions, sink, kind, breaks)
+        cutter = _Cutter(
+            packer.run,
+            packer.block_ends,
+            delimiter_pattern(delimiters),
+            delimiter_bytes(delimiters),
+            max_units,
+            isolate_split,
+        )
+        packer.pack(prefix_at, cutter, limit, overlap)
+
+
+def _encode(joined: str, texts: Sequence[str], breaks: Sequence[int]) -> Run:
+    """The run, encoded whole, or section by section when there are breaks."""
+    if not breaks:
+        return Run(joined)
+    bounds = [0, *breaks, len(texts)]
+    return Run.of_sections(joined, ["\n".join(texts[a:b]) for a, b in itertools.pairwise(bounds)])
+
+
+class _Packer:
+    """One run being packed: its text, bytes and block layout, and the sink its chunks go to.
+
+    :meth:`pack` walks the run chunk by chunk; every chunk, whatever it holds (a body, a prefix,
+    an overlap, or a heading path alone), is built by :meth:`_add`.
+    """
+
+    __slots__ = ("block_ends", "breaks", "chars", "joined", "kind", "run", "sink", "unit_positions")
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        unit_positions: Sequence[Sequence[Position]],
+        sink: ChunkSink,
+        kind: str,
+        breaks: Sequence[int],
+    ) -> None:
+        self.joined = joined = "\n".join(texts)
+        # Block ends before the encode, while the texts are still in the CPU cache: the
+        # tokenizer's tables push them out.
+        self.block_ends, self.chars = _block_ends(texts, joined.isascii())
+        self.run = _encode(joined, texts, breaks)
+        self.unit_positions = unit_positions
+        self.sink = sink
+        self.kind = kind
+        self.breaks = breaks
+
+    def pack(self, prefix_at: Callable[[int, bool], Prefix], cutter: _Cutter, limit: int, overlap: int) -> None:
+        """Cut the whole run into chunks of at most ``limit`` tokens, in order."""
+        block_ends, size = self.block_ends, len(self.run)
+        pos = block = 0  # where the next chunk's body starts, and the block that byte is in
+        at_block_start = True
+        previous: tuple[int, int] | None = None  # the last chunk's bytes, while in its section
+        section = 0
+        while pos < size:
+            first_block = block
+            in_section, section_end = self._section(block)
+            if in_section != section:  # nothing of the previous section overlaps into a new one
+                section, previous = in_section, None
+            prefix = prefix_at(block, at_block_start)
+            folded = prefix.skip_to_unit is not None
+            if prefix.skip_to_unit is not None:  # headings folded into the prefix: the body follows them
+                block = prefix.skip_to_unit
                 pos = _block_start(block_ends, block)
-                continue
-            block = skip_to
-            pos = _block_start(block_ends, block)
-        start = pos
-        if overlap and prev_end >= 0 and not folded:
-            start = _overlap_start(run, prev_start, prev_end, overlap)
+                at_block_start = True
+                if block >= section_end:  # nothing follows them in the section: the path alone
+                    self._add(prefix, size, size, size, size, first_block, block - 1, None, None)
+                    continue
+            start = pos
+            if overlap and previous is not None and not folded:
+                start = _overlap_start(self.run, previous[0], previous[1], overlap)
+            prefix, start, cut, last_block, tokens = self._fit(cutter, prefix, start, pos, block, section_end, limit)
+            if folded or _says_something(self.run, pos, cut):
+                overlap_end = previous[1] if previous is not None and start < pos else start
+                whole = at_block_start and start == pos and cut == block_ends[last_block]
+                self._add(
+                    prefix, start, pos, overlap_end, cut, first_block, last_block, tokens, block if whole else None
+                )
+                previous = (start, cut)
+            if cut == block_ends[last_block]:  # the "\n" joining two blocks belongs to neither chunk
+                pos, block, at_block_start = cut + 1, last_block + 1, True
+            else:
+                pos, block, at_block_start = cut, last_block, False
+
+    def _section(self, block: int) -> tuple[int, int]:
+        """The section ``block`` is in: its number, and the first block after it."""
+        breaks = self.breaks
+        if not breaks:
+            return 0, len(self.block_ends)
+        following = bisect_right(breaks, block)
+        return following, breaks[following] if following < len(breaks) else len(self.block_ends)
+
+    def _fit(
+        self, cutter: _Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
+    ) -> tuple[Prefix, int, int, int, int]:
+        """The chunk with the longest body from ``pos`` (overlap from ``start``) within ``limit``:
+        its prefix, start, cut, the block the cut is in, and its exact token count.
+
+        When not even one more character fits, the overlap is dropped first, then the prefix text
+        (the heading path stays in the chunk's fields).
+        """
         while True:
-            start_tokens = bisect_right(token_ends, start)
-            max_tokens = start_tokens + limit - prefix.tokens
-            cut, last_block = cut_at(pos, max_tokens, block, section_end)
-            while (exact := count(start, cut, prefix.text, prefix.tokens, start_tokens)) > limit:
-                shrunk, shrunk_block = cut_at(pos, bisect_right(token_ends, cut) - (exact - limit), block, section_end)
-                if shrunk >= cut:
-                    break  # a single character over the limit: handled below
-                cut, last_block = shrunk, shrunk_block
-            if exact <= limit:
-                break
+            found = self._longest_cut(cutter, prefix, start, pos, block, section_end, limit)
+            if found is not None:
+                return prefix, start, *found
             if start < pos:
-                start = pos  # the overlap leaves no room for even one character: drop it
+                start = pos
             elif prefix.text:
                 prefix = Prefix(heading_path=prefix.heading_path)
             else:  # pragma: no cover - options validation keeps limit >= 32 tokens
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
-        # (The usual body starts with a visible ASCII byte: no call needed to know it says something.)
-        if folded or (cut > pos and 0x20 < data[pos] < 0x7F) or _says_something(run, pos, cut):
-            if start == pos and not prefix.text and not folded:
-                # The usual chunk (no prefix, no overlap): its text is the run's bytes as they are.
-                body = memoryview(data)[start:cut]  # no copy: hashed in place
-                # A slice of the joined text where its offsets are known (3-6x faster than decoding):
-                # any chunk of an ASCII run, whole blocks of another.
-                if chars is None:
-                    text = joined[start:cut]
-                elif at_block_start and cut == block_ends[last_block]:
-                    text = joined[chars[block - 1] + block if block else 0 : chars[last_block] + last_block]
-                else:
-                    text = str(body, "utf-8")
-                sink.add(
-                    text,
-                    exact,
-                    utf8_hash(body),
-                    list(prefix.heading_path) if prefix.heading_path else [],
-                    _positions(unit_positions, first_block, last_block),
-                    kind,
-                    {},
-                )
+
+    def _longest_cut(
+        self, cutter: _Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
+    ) -> tuple[int, int, int] | None:
+        """Cut, its block and the exact count of the longest body that fits; None if none does.
+
+        The run's own token positions propose a cut; the exact count of the chunk (prefix and
+        edges included) either confirms it or says by how much to move back.
+        """
+        run = self.run
+        start_tokens = run.tokens_before(start)
+        cut, last_block = cutter.cut(pos, start_tokens + limit - prefix.tokens, block, section_end)
+        while (exact := run.count(start, cut, prefix.text, prefix.tokens, start_tokens)) > limit:
+            shorter, shorter_block = cutter.cut(pos, run.tokens_before(cut) - (exact - limit), block, section_end)
+            if shorter >= cut:
+                return None  # one character alone is over the limit
+            cut, last_block = shorter, shorter_block
+        return cut, last_block, exact
+
+    def _add(
+        self,
+        prefix: Prefix,
+        start: int,
+        body_start: int,
+        overlap_end: int,
+        end: int,
+        first_block: int,
+        last_block: int,
+        tokens: int | None,
+        whole_from: int | None,
+    ) -> None:
+        """Add the chunk ``prefix.text + run[start:end]`` to the sink.
+
+        ``run[start:overlap_end]`` repeats the previous chunk's tail, new text starts at
+        ``body_start``; ``whole_from`` is the body's first block when the body is whole blocks
+        (from that block's start to a block end), else None. ``tokens`` is the exact count, None for a chunk with no body (a heading with
+        nothing under it: its path alone, without the trailing newline).
+        """
+        run = self.run
+        if end > start:
+            body = memoryview(run.data)[start:end]  # hashed in place, not copied
+            text = self._text(start, end, whole_from, last_block)
+            if prefix.text:
+                text = prefix.text + text
+                digest = utf8_hash(prefix.text.encode("utf-8") + body)
             else:
-                if start < pos and unit_positions:  # the overlap may reach back into earlier blocks
-                    first_block = min(first_block, bisect_left(block_ends, start))
-                overlap_end = prev_end if prev_end >= 0 and start < pos else start
-                _emit(sink, run, prefix, start, overlap_end, cut, kind, unit_positions, first_block, last_block, exact)
-            prev_start, prev_end = start, cut
-        if cut == block_ends[last_block]:
-            # The "\n" joining two blocks belongs to neither chunk.
-            pos, block, at_block_start = cut + 1, last_block + 1, True
+                digest = utf8_hash(body)
         else:
-            pos, block, at_block_start = cut, last_block, False
+            text = prefix.text.rstrip("\n")
+            digest = text_hash(text)
+            tokens = None
+        metadata: dict[str, Any] = {}
+        if prefix.text:
+            metadata["prefix_chars"] = min(len(prefix.text), len(text))
+        if start < overlap_end:
+            metadata["overlap_chars"] = len(run.decode(start, overlap_end))
+            metadata["overlap_tokens"] = run.count(start, overlap_end)
+        if prefix.folded:
+            metadata["heading_folded"] = prefix.folded
+        if start < body_start and self.unit_positions:  # the overlap may reach back into earlier blocks
+            first_block = min(first_block, bisect_left(self.block_ends, start))
+        self.sink.add(
+            text,
+            run.encode_len(text) if tokens is None else tokens,
+            digest,
+            list(prefix.heading_path),
+            _positions(self.unit_positions, first_block, last_block),
+            self.kind,
+            metadata,
+        )
+
+    def _text(self, start: int, end: int, whole_from: int | None, last_block: int) -> str:
+        """``run[start:end]`` as text.
+
+        Slicing the joined text is cheaper than decoding the bytes again, and possible wherever
+        the character offsets are known: any range of an ASCII run (characters are bytes), and
+        whole blocks of another (``chars`` counts the characters up to every block end).
+        """
+        chars = self.chars
+        if chars is None:
+            return self.joined[start:end]
+        if whole_from is not None:
+            first_char = chars[whole_from - 1] + whole_from if whole_from else 0
+            return self.joined[first_char : chars[last_block] + last_block]
+        return self.run.decode(start, end)
 
 
 def _says_something(run: Run, start: int, end: int) -> bool:
-    """False for an empty or whitespace-only body (the usual body starts with a visible ASCII byte)."""
+    """False for an empty or whitespace-only body."""
     if end <= start:
         return False
-    if 0x20 < run.data[start] < 0x7F:
+    if 0x20 < run.data[start] < 0x7F:  # the usual body starts with a visible ASCII character
         return True
     body = run.data[start:end]
     return bool(body.strip()) and (body.isascii() or not run.decode(start, end).isspace())
-
-
-def _emit(
-    sink: ChunkSink,
-    run: Run,
-    prefix: Prefix,
-    start: int,
-    overlap_end: int,
-    end: int,
-    kind: str,
-    unit_positions: Sequence[Sequence[Position]],
-    first: int,
-    last: int,
-    exact: int | None = None,
-) -> None:
-    """Add a chunk with a prefix, an overlap or no body (the usual chunk is added by pack_run)."""
-    meta: dict[str, Any] = {}
-    if end > start:
-        text = prefix.text + run.decode(start, end)
-        body = memoryview(run.data)[start:end]
-        digest = utf8_hash(prefix.text.encode("utf-8") + body if prefix.text else body)
-    else:  # a prefix-only chunk (a heading with nothing under it): no trailing newline
-        text = prefix.text.rstrip("\n")
-        digest = text_hash(text)
-        exact = None
-    if exact is None:
-        exact = run.encode_len(text)
-    if prefix.text:
-        meta["prefix_chars"] = min(len(prefix.text), len(text))
-    if start < overlap_end:  # the previous chunk's tail, repeated
-        meta["overlap_chars"] = len(run.decode(start, overlap_end))
-        meta["overlap_tokens"] = run.count(start, overlap_end)
-    if prefix.folded:
-        meta["heading_folded"] = prefix.folded
-    positions = _positions(unit_positions, first, last)
-    sink.add(text, exact, digest, list(prefix.heading_path), positions, kind, meta)

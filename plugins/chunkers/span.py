@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,12 +45,9 @@ __all__ = ["Run", "is_hard_boundary"]
 
 # How many tokens to look at for a hard boundary before re-encoding a longer window instead.
 _SCAN = 48
+# Edge windows up to this many characters are counted through the process-wide cache.
 _WINDOW_CACHE_CHARS = 24
-_WINDOW_CACHE_SIZE = 50_000
 _NO_SPECIALS: frozenset[str] = frozenset()
-# Token counts of short edge windows (".", "。\n", "A > B\n"): the same few recur in every
-# document, so the cache is shared by all runs of the process (a pure function of the text).
-_WINDOWS: dict[str, int] = {}
 
 _ASCII_LETTER = frozenset(range(0x41, 0x5B)) | frozenset(range(0x61, 0x7B))
 _ASCII_DIGIT = frozenset(range(0x30, 0x3A))
@@ -64,6 +61,13 @@ def _offset_dtype(size: int) -> type[np.unsignedinteger[Any]] | type[np.signedin
     """The narrowest type that holds byte offsets up to ``size``: most runs are under 64 KiB,
     and the chunker's memory traffic competes with the tokenizer's tables for the cache."""
     return np.uint16 if size < 2**16 else np.int32 if size < 2**31 else np.int64
+
+
+@lru_cache(maxsize=50_000)
+def _window_tokens(text: str) -> int:
+    """Token count of a short edge window (".", "。\\n", "A > B\\n"): the same few recur in every
+    document, so one cache serves all runs of the process (the count depends on the text only)."""
+    return len(get_encoding().encode_ordinary(text))
 
 
 @cache
@@ -156,9 +160,7 @@ class Run:
         self.ntokens = len(tokens)
         self.data = text.encode("utf-8")  # a copy of the UTF-8 tiktoken left cached in the str
         # A memoryview bisects and indexes like a list of ints, without one Python int per token.
-        self.token_ends: Sequence[int] = memoryview(
-            _lengths_array().take(tokens).cumsum(dtype=_offset_dtype(len(self.data)))
-        )
+        self.token_ends: Sequence[int] = _lengths_array().take(tokens).cumsum(dtype=_offset_dtype(len(self.data))).data
 
     @classmethod
     def of_sections(cls, text: str, sections: Sequence[str]) -> Run:
@@ -183,7 +185,7 @@ class Run:
         # (an empty section passes its newline on to the next one; trailing ones belong to none).
         firsts = np.cumsum([len(p) for p in parts[:-1]], dtype=np.intp)
         np.add.at(lengths, firsts[firsts < run.ntokens], 1)
-        run.token_ends = memoryview(lengths.cumsum(out=lengths))
+        run.token_ends = lengths.cumsum(out=lengths).data
         return run
 
     def __len__(self) -> int:
@@ -273,16 +275,10 @@ class Run:
     # ------------------------------------------------------------------ exact counts
 
     def encode_len(self, text: str) -> int:
-        if not text:
-            return 0
+        """``len(encode_ordinary(text))``; short texts (edge windows, prefixes) from the cache."""
         if len(text) > _WINDOW_CACHE_CHARS:
             return len(self._enc.encode_ordinary(text))
-        n = _WINDOWS.get(text)
-        if n is None:
-            if len(_WINDOWS) > _WINDOW_CACHE_SIZE:
-                _WINDOWS.clear()
-            n = _WINDOWS[text] = len(self._enc.encode_ordinary(text))
-        return n
+        return _window_tokens(text)
 
     def count(
         self, start: int, end: int, prefix: str = "", prefix_tokens: int | None = None, start_tokens: int | None = None
