@@ -1,8 +1,9 @@
 """The sync engine: the stages every document travels, independent of Airflow.
 
 discover -> fetch (per batch) -> parse -> chunk -> upsert -> commit -> finish.
-Operators in ``plugins/tributary_airflow/operators`` call these functions one task each;
-:func:`run_pipeline` runs them all in-process.
+Each stage is a step class (``plugins.engine.steps``) calling one stage function; Airflow's
+operators (``plugins/tributary_airflow/operators``) hold one step each, and :func:`run_pipeline`
+runs the same steps in-process.
 """
 
 from plugins.engine.commit import abort_run, commit_stage, finish_stage
@@ -10,7 +11,8 @@ from plugins.engine.context import MassDeleteError, RunContext, RunParams, close
 from plugins.engine.discover import discover_stage, open_connector
 from plugins.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
-from plugins.engine.runner import RunSummary, run_pipeline, start_run
+from plugins.engine.runner import RunSummary, run_pipeline
+from plugins.engine.steps import start_run
 
 __all__ = [
     "ItemFailure",

@@ -1,5 +1,6 @@
 """FeishuExportFetchOperator on a real batch manifest: the deferred path (execute -> trigger ->
-execute_complete) and the in-task fallback write the same fetched manifest."""
+execute_complete) and the in-task fallback write the same fetched manifest; whether it defers
+follows Airflow's ``[operators] default_deferrable``, the source's ``deferrable`` option overriding it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from include.stores import open_state_store
-from plugins.connectors.feishu.hook import FeishuHook
-from plugins.engine import RunContext, discover_stage, read_manifest, start_run
+from plugins.engine import RunContext, discover_stage, get_source, read_manifest, start_run
+from plugins.tributary_airflow.hooks.feishu import FeishuHook
 from plugins.tributary_airflow.operators.feishu import FeishuExportFetchOperator
 from tests.simulators.feishu import FeishuSimulator
 from tests.support.airflow import write_sources
@@ -35,8 +36,6 @@ def _plan_one_batch(tmp_path: Path, monkeypatch, name: str, options: dict, run_i
         tmp_path / "sources.yaml", [{"kind": "feishu", "name": name, "schedule": None, "options": options}]
     )
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
-    from plugins.engine import get_source
-
     ctx = RunContext(source=get_source(f"feishu:{name}"), run_id=run_id)
     store = open_state_store()
     try:
@@ -57,7 +56,8 @@ def _check(manifest_path: str) -> None:
     assert failure["reason"] == "export_status_110" and failure["retryable"] is False
 
 
-def test_deferred_path(batch: str, sim: FeishuSimulator) -> None:
+def test_deferred_path(batch: str, sim: FeishuSimulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")  # Airflow's default decides
     op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch)
     with pytest.raises(TaskDeferred) as info:
         op.execute(CONTEXT)
@@ -73,14 +73,67 @@ def test_deferred_path(batch: str, sim: FeishuSimulator) -> None:
     _check(op.execute_complete(CONTEXT, event, **(deferred.kwargs or {})))
 
 
-def test_in_task_fallback(batch: str, sim: FeishuSimulator) -> None:
+def test_openlineage_facets_of_the_export_fetch(batch: str, sim: FeishuSimulator, tributary_home: Path) -> None:
+    """Deferred, the task resumes in a fresh operator (as Airflow does); that one reports the
+    fetch step's lineage: the drive folder in, the index out, the batch's counts and timing."""
+    first = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=True)
+    with pytest.raises(TaskDeferred) as info:
+        first.execute(CONTEXT)
+
+    async def first_event():
+        async for event in info.value.trigger.run():
+            return event.payload
+
+    resumed = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=True)
+    resumed.execute_complete(CONTEXT, asyncio.run(first_event()), **(info.value.kwargs or {}))
+    lineage = resumed.get_openlineage_facets_on_complete(None)
+
+    [folder] = get_source("feishu:ops").options["folders"]
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("feishu", folder)]
+    index_ns = f"sqlite://{(tributary_home / 'index.db').resolve()}"
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [(index_ns, "tributary")]
+    facet = lineage.run_facets["tributary"]
+    assert (facet.source, facet.stage, facet.tributaryRunId) == ("feishu:ops", "fetch", "manual__op_test")
+    assert facet.counts == {"items": 3, "unchanged": 0, "failed": 1}
+    assert facet.durationMs is not None and facet.durationMs >= 0
+
+
+def test_in_task_fallback(batch: str, sim: FeishuSimulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
     op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=False)
     _check(op.execute(CONTEXT))
     assert sim.counters["export_polls"] >= 3
 
 
-def test_polling_error_is_recorded_not_raised(batch: str, sim: FeishuSimulator) -> None:
+def test_not_deferrable_by_default(batch: str, sim: FeishuSimulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Airflow's own default (``default_deferrable`` False): the exports are polled in the task."""
+    monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", raising=False)
     op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch)
+    _check(op.execute(CONTEXT))
+    assert sim.counters["export_polls"] >= 3
+
+
+@pytest.mark.parametrize(("default", "option"), [("False", True), ("True", False)])
+def test_source_option_overrides_the_airflow_default(
+    sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch, default, option
+) -> None:
+    folder = sim.add_folder("选项")
+    sim.add("docx", "文档", folder, "# 文档\n正文")
+    options = {"folders": [folder], "export_poll_interval": 0.05, "deferrable": option}
+    batch = _plan_one_batch(tmp_path, monkeypatch, "opt", options, "manual__op_test")
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", default)
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:opt", batch=batch)
+    if option:
+        with pytest.raises(TaskDeferred):
+            op.execute(CONTEXT)
+        assert sim.counters["export_polls"] == 0
+    else:
+        [entry] = read_manifest(op.execute(CONTEXT))["items"]
+        assert entry["raw"]["file_name"] == "文档.docx"
+
+
+def test_polling_error_is_recorded_not_raised(batch: str, sim: FeishuSimulator) -> None:
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=True)
     with pytest.raises(TaskDeferred) as info:
         op.execute(CONTEXT)
     tickets = info.value.trigger.tickets
@@ -122,7 +175,7 @@ def test_deferred_path_downloads_finished_exports_before_the_rest(slow_batch: st
     """Issue 20.13 on the deferred path: a finished export is not left to expire while the
     trigger waits for a slow one; the task resumes, downloads and stages it, and defers again."""
     context = {"run_id": "manual__op_slow", "params": {}}
-    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:slow", batch=slow_batch)
+    op = FeishuExportFetchOperator(task_id="fetch", source="feishu:slow", batch=slow_batch, deferrable=True)
     with pytest.raises(TaskDeferred) as info:
         op.execute(context)
 

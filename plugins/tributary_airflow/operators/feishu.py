@@ -2,121 +2,185 @@
 then downloads and writes the same ``fetched`` manifest as the generic fetch task.
 
 The DAG factory uses it instead of the generic fetch task because
-``FeishuConnector.fetch_operator`` names it. Waiting happens in
+``FeishuConnector.fetch_operator`` names it. It is the generic
+:class:`~plugins.tributary_airflow.operators.sync.FetchOperator` with another step,
+:class:`FeishuExportFetchStep` (a :class:`~plugins.engine.steps.FetchStep`), so a cleared task
+of a finished run does nothing here too, and failpoints, timing and OpenLineage facets are the
+fetch step's. Waiting happens in
 :class:`~plugins.tributary_airflow.triggers.feishu.FeishuExportTrigger` so no worker slot is held;
-with ``deferrable=False`` (option or argument) the same concurrent polling runs in the task.
+not deferrable, the same concurrent polling runs in the task.
+
+Deferrable or not: the ``deferrable`` argument if given, else the source's ``deferrable`` option
+if set, else Airflow's ``[operators] default_deferrable`` (as Airflow's providers default).
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from airflow.sdk import BaseOperator
+from airflow.configuration import conf
+from airflow.sdk import Context
 
-from plugins.connectors.base import FetchError
+from include.contract import Change, RawDocument
+from include.staging import StagingArea
+from include.stores import StateStore
+from plugins.connectors.base import Connector, FetchError
+from plugins.connectors.feishu.connector import FeishuConnector
 from plugins.connectors.feishu.exports import ExportTicket
+from plugins.engine import ItemFailure, RunContext, read_batch, write_fetched_manifest
+from plugins.engine.steps import ConnectorOpener, FetchStep, ManifestResult
+from plugins.tributary_airflow.operators.base import run_context
+from plugins.tributary_airflow.operators.sync import FetchOperator, _connector
+from plugins.tributary_airflow.triggers.feishu import FeishuExportTrigger
 
-__all__ = ["FeishuExportFetchOperator"]
+__all__ = ["FeishuExportFetchOperator", "FeishuExportFetchStep"]
+
+log = logging.getLogger("tributary")
+
+# (connector, tickets still rendering, failures so far, documents staged so far) -> defers
+Defer = Callable[[FeishuConnector, list[ExportTicket], list[dict[str, Any]], list[dict[str, Any]]], NoReturn]
 
 
-class FeishuExportFetchOperator(BaseOperator):
-    # Same signature as the generic plugins.tributary_airflow.operators.sync.FetchOperator: the DAG factory maps
-    # it over discover's batch manifests with ``.partial(source=...).expand(batch=...)``.
-    template_fields: Sequence[str] = ("source", "batch")
-    ui_color = "#d1f2eb"
+class FeishuExportFetchStep(FetchStep):
+    """Fetch one batch through Feishu's export tasks; ``defer`` hands the waiting to the
+    triggerer (it raises), after which :meth:`resume` continues with the trigger's event."""
 
-    def __init__(self, *, source: str, batch: str, deferrable: bool | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.source = source
-        self.batch = batch
+    def __init__(
+        self, ctx: RunContext, manifest: str, connect: ConnectorOpener, *, deferrable: bool, defer: Defer
+    ) -> None:
+        super().__init__(ctx, manifest, connect)
         self.deferrable = deferrable
+        self.defer = defer
 
-    def _connector(self, context: Any):
-        from plugins.engine import open_connector
-        from plugins.tributary_airflow.operators.sync import run_context
-
-        return open_connector(run_context(self.source, context))
-
-    def execute(self, context: Any) -> str:
-        from plugins.engine import read_batch
-
-        changes = read_batch(self.batch)
-        with self._connector(context) as connector:
-            deferrable = self.deferrable
-            if deferrable is None:
-                deferrable = bool(connector.options.get("deferrable", True))
-            if not deferrable:  # in-task: each export downloaded the moment it is done
-                docs, failures = connector.fetch_batch(changes)
+    def _execute(self, store: StateStore) -> ManifestResult:
+        changes = read_batch(self.manifest)
+        with self.connect() as connector:
+            feishu = _feishu(connector)
+            if not self.deferrable:  # in-task: each export downloaded the moment it is done
+                docs, failures = feishu.fetch_batch(changes)
                 return self._write(docs, [_failure_dict(k, e) for k, e in failures])
-            tickets, failures = connector.start_exports(changes)
-            self.log.info("%d export tasks created, %d refused; deferring", len(tickets), len(failures))
+            tickets, failures = feishu.start_exports(changes)
+            log.info("%d export tasks created, %d refused; deferring", len(tickets), len(failures))
             refused = [_failure_dict(k, e) for k, e in failures]
             if any(t.state == "pending" for t in tickets):
-                self._defer(connector, tickets, refused, [])
-            return self._finish(connector, changes, tickets, refused)
+                self.defer(feishu, tickets, refused, [])
+            docs, more = feishu.finish_batch(changes, tickets)
+            return self._write(docs, refused + [_failure_dict(k, e) for k, e in more])
 
-    def _defer(self, connector, tickets: list[ExportTicket], failures: list[dict], staged: list[dict]) -> None:
-        from plugins.tributary_airflow.triggers.feishu import FeishuExportTrigger
+    def resume(
+        self, store: StateStore, event: dict[str, Any], failures: list[dict[str, Any]], staged: list[dict[str, Any]]
+    ) -> ManifestResult:
+        """Continue after the trigger fired ``event`` (under the same rules as :meth:`run`)."""
+        return self._guarded(store, lambda: self._resume(event, failures, staged))
 
-        resume = connector.options.get("export_resume_after_done_seconds", 120)
-        self.defer(
-            trigger=FeishuExportTrigger(
-                conn_id=connector.conn_id,
-                tickets=[t.to_dict() for t in tickets],
-                client_overrides=connector.client_overrides(),
-                resume_after_done=None if resume is None else float(resume),
-                **connector.poll_kwargs(),
-            ),
-            method_name="execute_complete",
-            kwargs={"failures": failures, "staged": staged},
-        )
-
-    def execute_complete(
-        self,
-        context: Any,
-        event: dict[str, Any],
-        failures: list[dict] | None = None,
-        staged: list[dict] | None = None,
-    ) -> str:
-        from plugins.engine import read_batch
-
-        failures, staged = list(failures or []), list(staged or [])
+    def _resume(
+        self, event: dict[str, Any], failures: list[dict[str, Any]], staged: list[dict[str, Any]]
+    ) -> ManifestResult:
         tickets = [ExportTicket.from_dict(t) for t in event.get("tickets") or []]
-        changes = read_batch(self.batch)
-        with self._connector(context) as connector:
+        changes = read_batch(self.manifest)
+        with self.connect() as connector:
+            feishu = _feishu(connector)
             if event.get("status") == "partial":
-                # Download what is finished now (its file expires 10 minutes after its task
-                # ended), stage it, and wait again for the rest.
-                ready, waiting = _split_ready(tickets)
-                ready_keys = {t.item_key for t in ready}
-                docs, more = connector.finish_batch([c for c in changes if c.item_key in ready_keys], ready)
-                staged += _stage(self.batch, docs)
-                failures += [_failure_dict(k, e) for k, e in more]
-                self._defer(connector, waiting, failures, staged)
+                self._download_ready(feishu, changes, tickets, failures, staged)
             if event.get("status") == "error":
-                self.log.warning("export polling ended early: %s", event.get("error"))
+                log.warning("export polling ended early: %s", event.get("error"))
             for t in tickets:
                 if t.state == "pending":  # polling stopped without a verdict for this one
                     t.state, t.error_reason = "failed", "export_poll_error"
                     t.job_error_msg = str(event.get("error") or "polling stopped")[:300]
             handled = {s["item_key"] for s in staged} | {f["item_key"] for f in failures}
             rest = [c for c in changes if c.item_key not in handled]
-            docs, more = connector.finish_batch(rest, [t for t in tickets if t.item_key not in handled])
+            docs, more = feishu.finish_batch(rest, [t for t in tickets if t.item_key not in handled])
             return self._write(_unstage(staged) + docs, failures + [_failure_dict(k, e) for k, e in more])
 
-    def _finish(self, connector, changes, tickets: list[ExportTicket], failures: list[dict]) -> str:
-        docs, more = connector.finish_batch(changes, tickets)
-        return self._write(docs, list(failures) + [_failure_dict(k, e) for k, e in more])
+    def _download_ready(
+        self,
+        feishu: FeishuConnector,
+        changes: list[Change],
+        tickets: list[ExportTicket],
+        failures: list[dict[str, Any]],
+        staged: list[dict[str, Any]],
+    ) -> NoReturn:
+        """Download what is finished now (its file expires 10 minutes after its task ended),
+        stage it, and wait again for the rest."""
+        ready, waiting = _split_ready(tickets)
+        ready_keys = {t.item_key for t in ready}
+        docs, more = feishu.finish_batch([c for c in changes if c.item_key in ready_keys], ready)
+        staged = staged + _stage(self.manifest, docs)
+        self.defer(feishu, waiting, failures + [_failure_dict(k, e) for k, e in more], staged)
 
-    def _write(self, docs, failures: list[dict]) -> str:
-        from plugins.engine import ItemFailure, write_fetched_manifest
-
+    def _write(self, docs: list[RawDocument], failures: list[dict[str, Any]]) -> ManifestResult:
         all_failures = [ItemFailure(**f) for f in failures]
-        self.log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
-        return write_fetched_manifest(self.batch, docs, all_failures)
+        log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
+        return ManifestResult.of(write_fetched_manifest(self.manifest, docs, all_failures))
+
+
+class FeishuExportFetchOperator(FetchOperator):
+    # Same signature as the generic FetchOperator (plus ``deferrable``): the DAG factory maps it
+    # over discover's batch manifests with ``.partial(source=...).expand(batch=...)``.
+    ui_color = "#d1f2eb"
+
+    def __init__(self, *, deferrable: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.deferrable = deferrable
+
+    def make_step(self, ctx: RunContext) -> FeishuExportFetchStep:
+        return FeishuExportFetchStep(
+            ctx, self.batch, lambda: _connector(ctx), deferrable=self._deferrable(ctx), defer=self._defer
+        )
+
+    def _deferrable(self, ctx: RunContext) -> bool:
+        if self.deferrable is not None:
+            return self.deferrable
+        if (option := ctx.source.options.get("deferrable")) is not None:
+            return bool(option)
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+    def execute_complete(
+        self,
+        context: Context,
+        event: dict[str, Any],
+        failures: list[dict[str, Any]] | None = None,
+        staged: list[dict[str, Any]] | None = None,
+    ) -> str:
+        step = self.make_step(run_context(self.source, context))
+        self._step = step
+        with self.state_hook as store:
+            result = step.resume(store, event, list(failures or []), list(staged or []))
+        return result.manifest
+
+    def _defer(
+        self,
+        connector: FeishuConnector,
+        tickets: list[ExportTicket],
+        failures: list[dict[str, Any]],
+        staged: list[dict[str, Any]],
+    ) -> NoReturn:
+        resume = connector.options.export_resume_after_done_seconds
+        poll = connector.poll_kwargs()
+        self.defer(
+            trigger=FeishuExportTrigger(
+                conn_id=connector.conn_id,
+                tickets=[t.to_dict() for t in tickets],
+                deadline=poll["deadline"],
+                interval=poll["interval"],
+                max_interval=poll["max_interval"],
+                client_overrides=connector.client_overrides(),
+                resume_after_done=resume,
+            ),
+            method_name="execute_complete",
+            kwargs={"failures": failures, "staged": staged},
+        )
+
+
+def _feishu(connector: Connector) -> FeishuConnector:
+    if not isinstance(connector, FeishuConnector):
+        raise TypeError(f"the Feishu export fetch needs a feishu source, not {connector.kind!r}")
+    return connector
 
 
 def _failure_dict(item_key: str, exc: FetchError) -> dict[str, Any]:
@@ -130,10 +194,8 @@ def _split_ready(tickets: list[ExportTicket]) -> tuple[list[ExportTicket], list[
     return ready, [t for t in tickets if t.item_key in waiting_keys]
 
 
-def _stage(batch_manifest: str, docs: list[Any]) -> list[dict[str, Any]]:
+def _stage(batch_manifest: str, docs: list[RawDocument]) -> list[dict[str, Any]]:
     """Bytes into the batch's staging area; what travels to the next resume is small."""
-    from include.staging import StagingArea
-
     staging = StagingArea.at(Path(batch_manifest).parent)
     out = []
     for doc in docs:
@@ -144,9 +206,7 @@ def _stage(batch_manifest: str, docs: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _unstage(staged: list[dict[str, Any]]) -> list[Any]:
-    from include.contract import RawDocument
-
+def _unstage(staged: list[dict[str, Any]]) -> list[RawDocument]:
     docs = []
     for entry in staged:
         data = Path(entry["staged_path"]).read_bytes()

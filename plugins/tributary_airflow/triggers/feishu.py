@@ -9,8 +9,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from include.settings import get_settings
 from plugins.connectors.feishu.exports import AsyncExportPoller, ExportTicket, poll_tickets
-from plugins.connectors.feishu.hook import asettings_from_connection
+from plugins.tributary_airflow.hooks.feishu import asettings_from_connection
 
 __all__ = ["FeishuExportTrigger"]
 
@@ -35,7 +36,7 @@ class FeishuExportTrigger(BaseTrigger):
         client_overrides: dict[str, Any] | None = None,
         resume_after_done: float | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
         self.conn_id = conn_id
         self.tickets = tickets
         self.deadline = deadline
@@ -63,11 +64,8 @@ class FeishuExportTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         tickets = [ExportTicket.from_dict(t) for t in self.tickets]
         try:
-            redis_url = self.redis_url
-            if redis_url is None:  # the triggerer's own settings: no Redis URL in stored kwargs
-                from include.settings import get_settings
-
-                redis_url = get_settings().redis_url
+            # without a stored Redis URL, the triggerer's own settings name it
+            redis_url = self.redis_url if self.redis_url is not None else get_settings().redis_url
             settings = await asettings_from_connection(self.conn_id, redis_url=redis_url, **self.client_overrides)
             poller = AsyncExportPoller(settings)
             try:
@@ -76,17 +74,17 @@ class FeishuExportTrigger(BaseTrigger):
                 await poller.aclose()
         except Exception as exc:  # reported to execute_complete, which records per-item failures
             self.log.warning("export polling stopped: %s", type(exc).__name__)
-            yield TriggerEvent(
+            yield _event(
                 {"status": "error", "error": f"{type(exc).__name__}: {exc}", "tickets": [t.to_dict() for t in tickets]}
             )
             return
         done = sum(t.state == "done" for t in tickets)
         if partial:
             self.log.info("resuming to download %d finished exports before they expire", done)
-            yield TriggerEvent({"status": "partial", "tickets": [t.to_dict() for t in tickets]})
+            yield _event({"status": "partial", "tickets": [t.to_dict() for t in tickets]})
             return
         self.log.info("exports terminal: %d done, %d failed", done, len(tickets) - done)
-        yield TriggerEvent({"status": "done", "tickets": [t.to_dict() for t in tickets]})
+        yield _event({"status": "done", "tickets": [t.to_dict() for t in tickets]})
 
     async def _poll(self, poller: AsyncExportPoller, tickets: list[ExportTicket]) -> bool:
         """Poll to the end, or return True early once a finished export has waited
@@ -110,3 +108,7 @@ class FeishuExportTrigger(BaseTrigger):
                 return True
         polling.result()
         return False
+
+
+def _event(payload: dict[str, Any]) -> TriggerEvent:
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call]  # Airflow's TriggerEvent is untyped
