@@ -304,14 +304,14 @@ class RateLimiter:
             lambda: [int(v) for v in self._script(keys=[key], args=["reserve", *args])],
             lambda: self._store.reserve(key, member, lease_us, self._poll, pairs),
         )
-        decision = Decision(wait / _US, self._reason(wait, why, rates), bool(recorded))
+        decision = Decision(wait / _US, self._reason(wait, why, rates, bool(recorded)), bool(recorded))
         self._stat("admitted" if decision.admitted else "delayed")
         return decision
 
     @staticmethod
-    def _reason(wait: int, why: int, rates: Sequence[Rate]) -> str:
+    def _reason(wait: int, why: int, rates: Sequence[Rate], recorded: bool) -> str:
         if wait <= 0:
-            return "admitted" if rates else "no limit"
+            return "admitted" if recorded else "no limit"
         if why < 0:
             return f"paused by the server's slow-down for {wait / _US:.2f}s more"
         return f"{rates[why - 1]} used up: {wait / _US:.2f}s to wait"

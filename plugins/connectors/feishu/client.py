@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import ssl
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ __all__ = [
     "Download",
     "FeishuClient",
     "FeishuSettings",
+    "feishu_retry",
     "filename_from_disposition",
     "rejected_twice",
     "retry_policy",
@@ -102,12 +104,12 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, FeishuError) and exc.retryable
 
 
-def retry_policy(max_attempts: int, rate_limit_max_wait: float) -> dict[str, Any]:
-    """Keyword arguments for tenacity's ``Retrying``/``AsyncRetrying``: the shared policy
-    (:mod:`plugins.connectors.retry`) with Feishu's settings. A rate limit is a promise the call
-    will succeed later: it is bounded by ``rate_limit_max_wait``, not by attempts; its reset hint
-    (``x-ogw-ratelimit-reset`` or ``Retry-After``) is waited plus a little jitter so that workers
-    do not return in lockstep."""
+def feishu_retry(max_attempts: int, rate_limit_max_wait: float, stats: Counter[str] | None = None) -> RetryPolicy:
+    """The shared retry policy (:mod:`plugins.connectors.retry`) with Feishu's settings.
+
+    A rate limit is a promise the call will succeed later: it is bounded by
+    ``rate_limit_max_wait``, not by attempts; its reset hint (``x-ogw-ratelimit-reset`` or
+    ``Retry-After``) is waited plus a little jitter so that workers do not return in lockstep."""
     return RetryPolicy(
         "feishu",
         retry_on=_retryable,
@@ -119,7 +121,13 @@ def retry_policy(max_attempts: int, rate_limit_max_wait: float) -> dict[str, Any
         hint_jitter=0.25,
         deadline=rate_limit_max_wait,
         patient=lambda exc: isinstance(exc, FeishuRateLimited),
-    ).kwargs()
+        stats=Counter() if stats is None else stats,
+    )
+
+
+def retry_policy(max_attempts: int, rate_limit_max_wait: float) -> dict[str, Any]:
+    """Keyword arguments for tenacity's ``Retrying``/``AsyncRetrying`` (:func:`feishu_retry`)."""
+    return feishu_retry(max_attempts, rate_limit_max_wait).kwargs()
 
 
 _EXT_PARAM = re.compile(r"""filename\*\s*=\s*([^']*)'[^']*'([^;\s]+)""", re.IGNORECASE)
@@ -219,7 +227,9 @@ class FeishuClient:
             self.tokens = TokenCache(
                 settings.app_id, self._fetch_token, redis_client=self._redis, safety_margin=settings.token_margin
             )
-        self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
+        # one policy object, so that its stats (retry/feishu/*) count every call of this client
+        self.retries = feishu_retry(settings.max_attempts, settings.rate_limit_max_wait)
+        self._policy = self.retries.kwargs()
 
     def close(self) -> None:
         self._http.close()

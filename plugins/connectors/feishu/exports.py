@@ -23,7 +23,7 @@ from tenacity import AsyncRetrying
 
 from plugins.connectors.base import FetchError
 from plugins.connectors.feishu.answers import aread_answer, decode_json
-from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, rejected_twice, retry_policy, ssl_context
+from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, feishu_retry, rejected_twice, ssl_context
 from plugins.connectors.feishu.errors import (
     FeishuError,
     FeishuNetworkError,
@@ -196,7 +196,9 @@ class AsyncExportPoller:
             verify=ssl_context(),
             headers={"Accept-Encoding": ACCEPT_ENCODING},  # what the capped reader decodes
         )
-        self._policy = retry_policy(settings.max_attempts, settings.rate_limit_max_wait)
+        # this poller's settings, counted with the client's calls (retry/feishu/*)
+        retries = feishu_retry(settings.max_attempts, settings.rate_limit_max_wait, self._sync.retries.stats)
+        self._policy = retries.kwargs()
 
     async def aclose(self) -> None:
         await self._http.aclose()

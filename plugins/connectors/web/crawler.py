@@ -472,6 +472,8 @@ class Crawler:
         for name, value in self.counts.items():
             stats.setdefault(name, value)
         stats["robots"] = {origin: entry.status for origin, entry in self.robots.loaded().items()}
+        # named counters of the shared retry policy and host limiter: retry/web/*, ratelimit/web/*
+        stats["limits"] = {**self.fetcher.retry_stats, **self.fetcher.politeness.limiter.stats}
         return stats
 
     def _summary_line(self) -> str:
