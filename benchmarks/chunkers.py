@@ -1,9 +1,10 @@
 """Chunker throughput: ``python -m benchmarks chunkers [--quick]``.
 
 Corpus: the seed design documents (Chinese with English identifiers, repeated to weigh about
-a fifth of the corpus) plus the text of Python's HTML documentation (Debian ``python3-doc``,
-``apt-get install -y python3-doc``), turned into paragraphs with lxml: ~5 MB (``--quick``:
-~0.6 MB). Every implementation gets the same documents: ours as ``ParsedDocument`` paragraph
+a fifth of the corpus; read from ``../shared/seeds`` beside the repository, or
+``$TRIBUTARY_SEEDS``) plus the text of Python's HTML documentation (Debian ``python3-doc``,
+``apt-get install -y python3-doc``; ``$TRIBUTARY_PYDOCS`` elsewhere), turned into paragraphs
+with lxml: ~5 MB (``--quick``: ~0.6 MB). Every implementation gets the same documents: ours as ``ParsedDocument`` paragraph
 blocks (building those is the parser's job), the peers as the documents' text.
 
 Rows: throughput in corpus tokens per second of process CPU time (the numerator is the raw token
@@ -45,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import tiktoken
+from lxml import html
 
 from include.contract import Block, BlockKind, ParsedDocument
 from plugins.chunkers import chunk_document
@@ -64,14 +66,15 @@ _NUMPY_RAW = "encode_to_numpy (no Python ints)"
 _STOCK_RAW = "encode_ordinary, tiktoken's stock pattern"
 # Rows that only encode: no chunks to check, and not peers.
 _TOKENIZER_PASSES = (_RAW, _NUMPY_RAW, _STOCK_RAW)
-SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", "/work/shared/seeds"))
+ROOT = Path(__file__).resolve().parents[1]
+# Shared data lives beside the repository (../shared), wherever the checkout is.
+SEEDS = Path(os.environ.get("TRIBUTARY_SEEDS", ROOT.parent / "shared" / "seeds"))
+# Where Debian's python3-doc package installs the documentation (a system path, not shared data).
 PYDOCS = Path(os.environ.get("TRIBUTARY_PYDOCS", "/usr/share/doc/python3.11/html"))
 _BLOCK_TAGS = ("p", "pre", "li", "dt", "dd", "h1", "h2", "h3", "h4", "td", "th", "blockquote")
 
 
 def _html_paragraphs(path: str) -> list[str]:
-    from lxml import html
-
     tree = html.parse(path)
     main = tree.find(".//div[@role='main']")
     if main is None:

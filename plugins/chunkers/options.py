@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from cachetools import LRUCache
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = [
@@ -59,7 +60,9 @@ def options_key(options: Mapping[str, Any]) -> OptionsKey | None:
         return None
 
 
-_VALIDATED: dict[OptionsKey, ChunkOptions] = {}  # options -> validated options
+# Validated options by their key: every document of a source comes with the same options, and
+# a frozen ChunkOptions can serve them all.
+_VALIDATED: LRUCache[OptionsKey, ChunkOptions] = LRUCache(maxsize=256)
 
 
 class ChunkOptions(BaseModel):
@@ -98,7 +101,7 @@ class ChunkOptions(BaseModel):
         data = {**dict(options or {}), **overrides}
         key = options_key(data)
         if key is not None and (hit := _VALIDATED.get(key)) is not None:
-            return hit  # frozen, so one instance serves every document of a source
+            return hit
         try:
             opts = cls.model_validate(data)
         except ValidationError as exc:
@@ -107,8 +110,6 @@ class ChunkOptions(BaseModel):
             )
             raise ValueError(f"invalid chunker options: {problems}") from None
         if key is not None:
-            if len(_VALIDATED) > 256:
-                _VALIDATED.clear()
             _VALIDATED[key] = opts
         return opts
 

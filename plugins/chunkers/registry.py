@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cachetools import LRUCache
+
 from include.contract import Chunk, ParsedDocument, options_hash
 from plugins.chunkers.options import OptionsKey, options_key
 
-__all__ = ["ChunkerSpec", "chunk_document", "get_chunker", "register_chunker"]
+__all__ = ["BUILTIN_CHUNKERS", "ChunkerSpec", "chunk_document", "get_chunker", "load_builtins", "register_chunker"]
+
+# The modules that register the built-in chunkers when imported, by dotted path (as Scrapy names
+# its components in settings): the registry loads them itself instead of importing a chunker
+# module, which imports the registry to register with it.
+BUILTIN_CHUNKERS: tuple[str, ...] = ("plugins.chunkers.token_chunker",)  # "token" and "heading"
 
 ChunkerFn = Callable[[ParsedDocument, str, Mapping[str, Any]], list[Chunk]]
 
@@ -32,11 +40,16 @@ def register_chunker(name: str, version: str) -> Callable[[ChunkerFn], ChunkerFn
     return deco
 
 
+def load_builtins() -> None:
+    """Import every module of :data:`BUILTIN_CHUNKERS` (they register themselves)."""
+    for path in BUILTIN_CHUNKERS:
+        importlib.import_module(path)
+
+
 def get_chunker(name: str) -> ChunkerSpec:
     spec = _CHUNKERS.get(name)
     if spec is None:
-        import plugins.chunkers  # noqa: F401  (registers the built-ins; not on every call)
-
+        load_builtins()  # only on a miss: a name registered already needs no import
         spec = _CHUNKERS.get(name)
         if spec is None:
             raise KeyError(f"unknown chunker {name!r}; known: {sorted(_CHUNKERS)}")
@@ -56,17 +69,17 @@ def chunk_document(
     return chunks
 
 
-_STAMPS: dict[tuple[str, OptionsKey], dict[str, str]] = {}
+# Lineage stamps by chunker and options: a source chunks every document with the same options,
+# so the options are hashed once per source rather than once per document.
+_STAMPS: LRUCache[tuple[str, OptionsKey], dict[str, str]] = LRUCache(maxsize=256)
 
 
 def _stamp(spec: ChunkerSpec, opts: dict[str, Any]) -> dict[str, str]:
-    """Lineage fields of every chunk; memoised per chunker and options (hashing is per document)."""
+    """Lineage fields of every chunk (shared between chunks: copied into each, never changed)."""
     key = options_key(opts)
     stamp = _STAMPS.get((spec.name, key)) if key is not None else None
     if stamp is None:
         stamp = {"chunker": spec.name, "chunker_version": spec.version, "chunker_options_hash": options_hash(opts)}
-        if key is not None:
-            if len(_STAMPS) > 256:
-                _STAMPS.clear()
+        if key is not None:  # options with an unhashable value (a list) are hashed every time
             _STAMPS[(spec.name, key)] = stamp
     return stamp

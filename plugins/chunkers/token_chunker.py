@@ -153,7 +153,7 @@ def _plain_prefix(blocks: list[Block], paths: Sequence[tuple[str, ...]]) -> Any:
         if block.kind == HEADING:
             path = (*path, _clean(block.text))
         elif not path:
-            return NO_PREFIX  # shared: pack_run and the drafts never change a prefix
+            return NO_PREFIX  # one shared instance: pack_run never changes a prefix
         return Prefix(heading_path=list(path))
 
     return prefix_at
@@ -173,8 +173,8 @@ def _outline(blocks: list[Block]) -> tuple[list[str], list[Sequence[Position]], 
     """Every block's text and positions, the kinds present, and whether any block has positions,
     in one pass.
 
-    One Python loop that touches every block once: separate C passes (``map(attrgetter(...))``)
-    took twice as long on large documents, each of them missing the cache on every block again.
+    One loop that touches every block once: a separate pass per field (``map(attrgetter(...))``)
+    would bring every block of a large document back into the CPU cache once per field.
     Heading paths are not read here (see :class:`_ParserPaths`).
     """
     texts: list[str] = []
