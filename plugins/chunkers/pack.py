@@ -416,8 +416,9 @@ class _Packer:
 
         ``run[start:overlap_end]`` repeats the previous chunk's tail, new text starts at
         ``body_start``; ``whole_from`` is the body's first block when the body is whole blocks
-        (from that block's start to a block end), else None. ``tokens`` is the exact count, None for a chunk with no body (a heading with
-        nothing under it: its path alone, without the trailing newline).
+        (from that block's start to a block end), else None. ``tokens`` is the exact count; None
+        for a chunk with no body (a heading with nothing under it: its path alone, without the
+        trailing newline), which is counted here.
         """
         run = self.run
         if end > start:

@@ -77,7 +77,7 @@ class Limits:
                 merged[f.name] = options[f.name]
         if "time_budget" in merged and "time_budget_s" not in merged:
             merged["time_budget_s"] = merged.pop("time_budget")
-        defaults = {f.name: f.default for f in fields(cls)}
+        defaults: dict[str, Any] = {f.name: f.default for f in fields(cls)}
         return cls(**{k: type(defaults[k])(v) for k, v in merged.items() if k in defaults})
 
     def check_size(self, data: bytes) -> None:
@@ -214,6 +214,7 @@ def decode_text(data: bytes, declared_type: str | None = None, hints: tuple[str 
 
 
 def _detect(data: bytes) -> str | None:
+    # imported on first use: most text decodes as UTF-8 and never needs a charset guess
     from charset_normalizer import from_bytes
 
     # Large files: detection on a prefix is as good and much faster.

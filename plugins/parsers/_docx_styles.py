@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -90,7 +91,7 @@ class Styles:
             if st.get(f"{_W}type") == "paragraph" and st.get(f"{_W}default") in ("1", "true"):
                 self.default_paragraph = sid
 
-    def _chain(self, sid: str | None):
+    def _chain(self, sid: str | None) -> Iterator[_Style]:
         seen: set[str] = set()
         while sid and sid in self._styles and sid not in seen:
             seen.add(sid)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import zipfile
+from collections.abc import Iterator
 from typing import Any
 
 from lxml import etree
@@ -28,7 +29,7 @@ from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCo
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, parse_xml
 from plugins.parsers._docx_styles import Numbering, Styles, W, clamp_ilvl, wval
 from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
-from plugins.parsers._tabular import _looks_like_header
+from plugins.parsers._tabular import _looks_like_header, header_option
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import DOCX
 
@@ -281,7 +282,7 @@ def _choice(alt: etree._Element) -> etree._Element | None:
     return choice if choice is not None else alt.find(f"{_MC}Fallback")
 
 
-def _children(el: etree._Element, name: str):
+def _children(el: etree._Element, name: str) -> Iterator[etree._Element]:
     """Direct children named ``name``, looking through content controls / custom XML wrappers."""
     for child in el:
         tag = _local(child)
@@ -293,7 +294,7 @@ def _children(el: etree._Element, name: str):
                 yield from _children(inner, name)
 
 
-def _flatten(tc: etree._Element):
+def _flatten(tc: etree._Element) -> Iterator[etree._Element]:
     for child in tc:
         tag = _local(child)
         if tag in ("p", "tbl"):
@@ -330,7 +331,7 @@ def _notes(root: etree._Element | None, walker: _Walker, kind: str) -> None:
 
 @register_parser("docx", "1.0", (DOCX,), ("docx", "docm", "dotx"))
 def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
-    import docx
+    import docx  # python-docx is heavy (lxml object classes); loaded by the first .docx only
 
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
@@ -351,8 +352,6 @@ def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     rels = {rid: (rel.target_ref, rel.is_external) for rid, rel in document.part.rels.items()}
     styles = Styles(_part_xml(document, "/styles"))
     numbering = Numbering(_part_xml(document, "/numbering"))
-    from plugins.parsers._tabular import header_option
-
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     header_mode = header_option(ctx.options.get("first_row_as_header", "auto"))
     walker = _Walker(rels, styles, numbering, builder, deadline, header_mode, limits.max_chars)

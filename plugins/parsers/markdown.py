@@ -233,7 +233,7 @@ class _Renderer:
                 i = end + 1
             elif t in ("fence", "code_block"):
                 lang = (tok.info or "").strip().split(" ")[0]
-                extra = {"language": lang} if lang else {}
+                extra: dict[str, Any] = {"language": lang} if lang else {}
                 self.b.add(BlockKind.CODE, tok.content.rstrip("\n"), self._pos(tok), **extra)
                 i += 1
             elif t == "html_block":

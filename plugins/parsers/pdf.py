@@ -94,7 +94,7 @@ def _page_lines(textpage: Any, page_height: float) -> list[_Line]:
 
 
 def _image_coverage(page: Any, width: float, height: float) -> float:
-    import pypdfium2.raw as pdfium_c
+    import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
 
     area = 0.0
     for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2):
@@ -156,8 +156,9 @@ def _norm(text: str) -> str:
 
 
 def _open(data: bytes, password: str | None) -> Any:
-    import pypdfium2 as pdfium
-    import pypdfium2.raw as pdfium_c
+    # pdfium's native library loads with the first PDF only (and inside the forked child when isolated)
+    import pypdfium2 as pdfium  # heavy native library, see above
+    import pypdfium2.raw as pdfium_c  # heavy native library, see above
 
     try:
         return pdfium.PdfDocument(data, password=password)
@@ -269,9 +270,9 @@ def _build(
             if flat in entries:
                 builder.heading(text, entries.pop(flat), positions)
                 continue
-            level = size_levels.get(round(group[0].height)) if len(group) <= 2 and len(text) < 120 else None
-            if level is not None and re.search(r"[A-Za-z\u00c0-\uffff]", text):
-                builder.heading(text, level, positions)
+            size_level = size_levels.get(round(group[0].height)) if len(group) <= 2 and len(text) < 120 else None
+            if size_level is not None and re.search(r"[A-Za-z\u00c0-\uffff]", text):
+                builder.heading(text, size_level, positions)
             else:
                 builder.add(BlockKind.PARAGRAPH, text, positions)
     if not builder.blocks:
@@ -290,8 +291,8 @@ def _build(
             meta[key] = info[key]
     if drop:
         meta["furniture_lines_removed"] = len(drop)
-    title = info.get("title") or next((b.text for b in builder.blocks if b.kind == BlockKind.HEADING), None)
-    return ParsedDocument(blocks=builder.blocks, title=title, media_type="application/pdf", metadata=meta)
+    doc_title = info.get("title") or next((b.text for b in builder.blocks if b.kind == BlockKind.HEADING), None)
+    return ParsedDocument(blocks=builder.blocks, title=doc_title, media_type="application/pdf", metadata=meta)
 
 
 # "stream" then its end of line (ISO 32000-1 7.3.8.1); "endstream" is not a start
@@ -330,6 +331,7 @@ def _inflated_size(view: memoryview, budget: int) -> int:
     """Bytes the zlib stream at the start of ``view`` inflates to, counting to ``budget`` + 1."""
     inflater = zlib.decompressobj()
     total = pos = 0
+    chunk: bytes | memoryview
     try:
         while total <= budget and not inflater.eof:
             if inflater.unconsumed_tail:

@@ -91,7 +91,7 @@ def _shape(shape: Any, builder: BlockBuilder, pos: list[Position], title_id: int
 
 @register_parser("pptx", "1.0", (PPTX,), ("pptx", "ppsx", "pptm"))
 def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
-    from pptx import Presentation
+    from pptx import Presentation  # python-pptx is heavy; loaded by the first .pptx only
 
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)

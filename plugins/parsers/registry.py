@@ -10,16 +10,51 @@ converted into ``ParseError(corrupt)`` here so that one file never fails a batch
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import mimetypes
+import os
+import resource
+import select
+import signal
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
+from plugins.parsers._common import Limits
 
-__all__ = ["ParseContext", "ParserSpec", "get_parser", "parse_document", "register_parser", "sniff_media_type"]
+__all__ = [
+    "BUILTIN_PARSERS",
+    "ParseContext",
+    "ParserSpec",
+    "get_parser",
+    "load_builtins",
+    "parse_document",
+    "register_parser",
+    "sniff_media_type",
+]
+
+# The modules that register the built-in parsers when imported, by dotted path (as Scrapy names
+# its components in settings): the registry loads them itself, so it never imports a parser module
+# and no parser module is imported before the registry it registers with. Sniffers run in
+# registration order, so ``sniff`` (the magic numbers) comes first, then the rest, sorted.
+BUILTIN_PARSERS: tuple[str, ...] = (
+    "plugins.parsers.sniff",
+    "plugins.parsers.csv_tsv",
+    "plugins.parsers.docx",
+    "plugins.parsers.html",
+    "plugins.parsers.jsonl",
+    "plugins.parsers.legacy",
+    "plugins.parsers.markdown",
+    "plugins.parsers.pdf",
+    "plugins.parsers.pptx",
+    "plugins.parsers.text",
+    "plugins.parsers.xlsx",
+)
+_loaded = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +131,11 @@ def register_parser(
     return deco
 
 
-def register_sniffer(fn: Sniffer | None = None, *, text: bool = False) -> Any:
+@overload
+def register_sniffer(fn: Sniffer, *, text: bool = False) -> Sniffer: ...
+@overload
+def register_sniffer(fn: None = None, *, text: bool = False) -> Callable[[Sniffer], Sniffer]: ...
+def register_sniffer(fn: Sniffer | None = None, *, text: bool = False) -> Sniffer | Callable[[Sniffer], Sniffer]:
     """Register a content sniffer ``(data, file_name) -> media type or None``; first hit wins.
 
     Magic-number sniffers (the default) run before the declared type and the file extension;
@@ -111,14 +150,18 @@ def register_sniffer(fn: Sniffer | None = None, *, text: bool = False) -> Any:
     return deco(fn) if fn is not None else deco
 
 
-def _ensure_loaded() -> None:
-    # Importing the package registers every built-in parser module.
-    import plugins.parsers  # noqa: F401
+def load_builtins() -> None:
+    """Import every module of :data:`BUILTIN_PARSERS` (they register themselves); once per process."""
+    global _loaded
+    if not _loaded:
+        for path in BUILTIN_PARSERS:
+            importlib.import_module(path)
+        _loaded = True
 
 
 def sniff_media_type(data: bytes, file_name: str = "", declared: str | None = None) -> str | None:
     """Media type: magic numbers, then the declared type, the extension, text sniffing."""
-    _ensure_loaded()
+    load_builtins()
     for sniffer in _SNIFFERS:
         found = sniffer(data, file_name)
         if found:
@@ -173,7 +216,7 @@ def _refuse_html_for_a_binary_claim(raw: RawDocument) -> None:
 
 
 def get_parser(media_type: str | None) -> ParserSpec | None:
-    _ensure_loaded()
+    load_builtins()
     if media_type is None:
         return None
     return _BY_MEDIA_TYPE.get(media_type.split(";")[0].strip().lower())
@@ -238,10 +281,6 @@ def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDoc
     :func:`memory_allowance`, so a decompression bomb inside C code fails an allocation in the
     child instead of growing until the machine's OOM killer picks a victim.
     """
-    import os
-
-    from plugins.parsers._common import Limits
-
     limits = Limits.from_options(ctx.options)
     allowance = memory_allowance(limits, len(data))
     rss_at_fork = _rss_bytes()
@@ -265,12 +304,12 @@ def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDoc
     raise ParseError.from_dict(result["error"])  # its details (a scan's needs_ocr) included
 
 
-def memory_allowance(limits: Any, size: int) -> int:
+def memory_allowance(limits: Limits, size: int) -> int:
     """Bytes of address space an isolated parse of ``size`` input bytes may add."""
     return max(int(limits.isolate_memory), int(limits.isolate_memory_ratio * size))
 
 
-def _overrun_code(limits: Any, size: int) -> ParseErrorCode:
+def _overrun_code(limits: Limits, size: int) -> ParseErrorCode:
     # A small file that needs more than the floor expands like a bomb; a big one is just big.
     return (
         ParseErrorCode.BOMB if size * limits.isolate_memory_ratio < limits.isolate_memory else ParseErrorCode.TOO_LARGE
@@ -286,15 +325,11 @@ def _rss_bytes() -> int:
 
 
 def _page_size() -> int:
-    import os
-
     return os.sysconf("SC_PAGE_SIZE")
 
 
 def _cap_address_space(allowance: int) -> int:
     """Limit this process's address space to its current size plus ``allowance``; return the cap."""
-    import resource
-
     try:
         with open("/proc/self/statm") as fh:
             current = int(fh.read().split()[0]) * _page_size()
@@ -313,8 +348,6 @@ def _cap_address_space(allowance: int) -> int:
 def _child_main(
     spec: ParserSpec, data: bytes, ctx: ParseContext, write_fd: int, allowance: int, overrun: ParseErrorCode
 ) -> None:
-    import os
-
     _cap_address_space(allowance)
     over = ParseError(overrun, f"{spec.name}: needs more than its memory limit of {allowance >> 20} MiB")
     too_big = {"error": over.to_dict()}
@@ -336,11 +369,6 @@ def _child_main(
 
 def _collect(read_fd: int, pid: int, name: str, budget: float) -> tuple[bytes | None, int, int]:
     """Read the child's answer until EOF or the deadline; reap it. -> (payload, wait status, peak RSS)."""
-    import os
-    import select
-    import signal
-    import time
-
     chunks: list[bytes] = []
     deadline = time.monotonic() + budget + 2.0
     finished = False
@@ -375,9 +403,6 @@ def _death_error(name: str, wait_status: int, growth: int, allowance: int, overr
     memory (a doubling buffer fails with a third of the cap resident), as is one the kernel
     killed (SIGKILL not sent by us: the OOM killer or a cgroup limit). Anything else is a crash.
     """
-    import os
-    import signal
-
     sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
     how = f"signal {signal.Signals(sig).name}" if sig else f"exit status {os.waitstatus_to_exitcode(wait_status)}"
     if growth >= allowance // 4 or sig == signal.SIGKILL:

@@ -168,8 +168,9 @@ def _sparse_rows(ws: Any) -> Iterator[tuple[int, list[Any]]]:
     ``ws.iter_rows()`` pads every row with an empty cell per missing column, so one cell in
     column XFD makes 16,384 cells per row; the parser underneath yields only the cells present.
     """
-    from openpyxl.cell.read_only import ReadOnlyCell
-    from openpyxl.worksheet._reader import WorkSheetParser
+    # openpyxl is heavy (its styles and formula modules); loaded by the first spreadsheet only
+    from openpyxl.cell.read_only import ReadOnlyCell  # heavy, see above
+    from openpyxl.worksheet._reader import WorkSheetParser  # heavy, see above
 
     wb = ws.parent
     with ws._get_source() as src:
@@ -185,7 +186,7 @@ def _sparse_rows(ws: Any) -> Iterator[tuple[int, list[Any]]]:
             yield n, [ReadOnlyCell(ws, **cell) for cell in row]
 
 
-def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget):
+def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget) -> Iterator[tuple[int, list[str]]]:
     image_rows: dict[int, set[int]] = {}
     for r, c in scan.images:
         image_rows.setdefault(r, set()).add(c)
@@ -200,7 +201,7 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget):
             yield gap, []
         last = max(last, n)
         skip = image_rows.get(n, ())
-        texts = {}
+        texts: dict[int, str] = {}
         for cell in present:
             col = cell.column - 1
             if col not in skip and (text := _cell_text(cell)):
@@ -216,7 +217,7 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget):
 
 
 def _open_workbook(data: bytes, limits: Limits) -> tuple[Any, zipfile.ZipFile]:
-    import openpyxl
+    import openpyxl  # heavy (styles, formulas); loaded by the first spreadsheet only
 
     zf = check_zip(data, limits, "xlsx")
     # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams

@@ -100,5 +100,7 @@ def test_benchmark_corpus_chunks_match_the_golden_digests(docs: list[list[str]])
     if got["corpus"] != expected["corpus"]:
         pytest.skip("the benchmark corpus here differs from the one the golden digests were made from")
     for name, case in expected["cases"].items():
-        changed = [i for i, (a, b) in enumerate(zip(got["cases"][name]["documents"], case["documents"])) if a != b]
+        changed = [
+            i for i, (a, b) in enumerate(zip(got["cases"][name]["documents"], case["documents"], strict=True)) if a != b
+        ]
         assert (got["cases"][name]["chunks"], changed) == (case["chunks"], []), f"{name}: documents {changed} differ"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from plugins.chunkers.pack import _block_ends
 from plugins.chunkers.span import Run, is_hard_boundary
 from plugins.chunkers.tokenizer import get_encoding
 from tests.chunkers.strategies import CJK, CJK_PUNCT, ODD, block_text
@@ -108,8 +109,6 @@ def test_last_start_with_count_matches_counting_every_candidate(
 @given(st.lists(st.one_of(tricky, block_text(), st.text(max_size=20)), min_size=1, max_size=12))
 def test_block_ends_are_the_utf8_offsets_of_the_joins(texts: list[str]) -> None:
     """The layout's byte offsets, mixing ASCII, CJK and 4-byte characters."""
-    from plugins.chunkers.pack import _block_ends
-
     joined = "\n".join(texts)
     expected, offset = [], 0
     for t in texts:

@@ -8,7 +8,7 @@ stream stored one byte per character (latin-1). Inflated, it is a JSON array of 
      "mergeCells": {...: {"row", "col", "rowCount", "colCount"}},
      "vStore": {"style": ["z11w7h1b0", ...], "style_color": [...], "style_backColor": [...]}}
 
-(see ``../shared/reference/yuque-api.md`` §4 beside the repository; the keys above are the ones real payloads carry,
+(see the shared reference ``yuque-api.md`` §4; the keys above are the ones real payloads carry,
 not the ``cell["value"]`` / inline ``style`` / list-shaped ``rows`` a well-known converter reads).
 
 The inflate is bounded: the stream is decompressed in ``max_length`` steps and abandoned as soon
