@@ -17,12 +17,7 @@ from include.index import IndexBackend, open_index
 from include.staging import StagingArea
 from include.stores import StateStore
 from plugins.engine.alerts import alert_finished_run
-from plugins.engine.context import RunContext, closed_run, log
-from plugins.engine.manifests import read_plan, read_stage_manifest
-from plugins.engine.reaper import retains_raw
-from plugins.engine.records import RunPlan
-from plugins.engine.retention import prune_source
-from plugins.engine.rules.committing import (
+from plugins.engine.commit_rules import (
     CommitBook,
     apply_deletions,
     commit_unchanged,
@@ -30,10 +25,16 @@ from plugins.engine.rules.committing import (
     dry_run_counts,
     dry_run_lineage,
     keep_missing,
+    rebuild_ends,
     record_failures,
     record_skipped,
     run_counts,
 )
+from plugins.engine.context import RunContext, closed_run, log
+from plugins.engine.manifests import read_plan, read_stage_manifest
+from plugins.engine.reaper import retains_raw
+from plugins.engine.records import RunPlan
+from plugins.engine.retention import prune_source
 
 __all__ = ["MissingManifestsError", "abort_run", "commit_stage", "end_rebuild", "finish_stage", "missing_batches"]
 
@@ -132,7 +133,7 @@ def _dry_run(ctx: RunContext, store: StateStore, plan: RunPlan) -> dict[str, Any
 
 def end_rebuild(ctx: RunContext, success: bool) -> None:
     """Swap in (or drop) the index generation a full resync wrote, where the backend has one."""
-    if not ctx.params.full_resync or ctx.params.dry_run:
+    if not rebuild_ends(ctx.params):
         return
     index = open_index(ctx.source.index)
     try:

@@ -16,10 +16,10 @@ from include.settings import get_settings
 from include.staging import StagingArea
 from include.stores import ItemState, StateStore
 from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
+from plugins.engine.commit_rules import rebuild_ends
 from plugins.engine.context import MassDeleteError, RunContext, closed_run, log
 from plugins.engine.manifests import read_plan, write_batch_manifest, write_plan
-from plugins.engine.records import RunPlan
-from plugins.engine.rules.planning import (
+from plugins.engine.plan_rules import (
     apply_renames,
     classify_changes,
     connector_skips,
@@ -29,6 +29,7 @@ from plugins.engine.rules.planning import (
     plan_deletions,
     split_batches,
 )
+from plugins.engine.records import RunPlan
 
 __all__ = ["discover_stage", "open_connector"]
 
@@ -115,7 +116,7 @@ def _guard_mass_delete(ctx: RunContext, store: StateStore, deletions: int, state
 def _begin_rebuild(ctx: RunContext) -> None:
     """Zero-downtime rebuild where the backend has one: a full resync writes a new generation,
     swapped in by finish_stage when the run succeeds (readers keep the old one meanwhile)."""
-    if not ctx.params.full_resync or ctx.params.dry_run:
+    if not rebuild_ends(ctx.params):
         return
     index = open_index(ctx.source.index)
     try:

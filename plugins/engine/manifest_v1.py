@@ -51,12 +51,9 @@ def _item(entry: dict[str, Any]) -> dict[str, Any]:
         "stage_ms": dict(entry.get("stage_ms") or {}),
         "unchanged_reason": entry.get("reason"),
     }
-    if "raw" in entry:
-        item["raw"] = {
-            **entry["raw"],
-            "file": _ref(entry.get("raw_path"), entry.get("raw_digest")),
-            "byte_size": entry.get("byte_size", 0),
-        }
+    if (raw := entry.get("raw")) is not None:
+        file = _ref(entry.get("raw_path"), entry.get("raw_digest"))
+        item.update(raw={**raw, "file": file, "byte_size": entry.get("byte_size", 0)})
     if "content_hash" in entry:
         item["parsed"] = {
             **{k: entry.get(k) for k in ("content_hash", "parser", "parser_version", "blocks", "chars", "title")},

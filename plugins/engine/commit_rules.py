@@ -17,6 +17,7 @@ from include.contract import VersionEvidence, document_id
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
+from plugins.engine.context import RunParams
 from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, RunPlan, Skip
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "failure_state",
     "keep_missing",
     "merge_observed_version",
+    "rebuild_ends",
     "record_failures",
     "record_skipped",
     "run_counts",
@@ -298,3 +300,9 @@ def dry_run_counts(plan: RunPlan) -> dict[str, Any]:
         "would_delete": len(plan.deletions),
         **dict.fromkeys(("new", "changed", "deleted", "failed", "fetched", "parsed", "chunked", "chunks_written"), 0),
     }
+
+
+def rebuild_ends(params: RunParams) -> bool:
+    """A full resync (not a dry run) began an index rebuild at discovery: the run's end swaps it
+    in or drops it."""
+    return params.full_resync and not params.dry_run

@@ -1,0 +1,51 @@
+"""Fixtures of the engine's unit tests: a real SQLite state store and index under a fresh home."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from include.config import SourceConfig
+from include.contract import VersionEvidence, document_id
+from include.stores import ItemState, StateStore, open_state_store
+
+SID = "files:unit"
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> SourceConfig:
+    root = tmp_path / "docs"
+    root.mkdir()
+    return SourceConfig(kind="files", name="unit", options={"root": str(root)}, batch_size=2)
+
+
+@pytest.fixture
+def store(tributary_home: Path) -> Iterator[StateStore]:
+    """The SQLite state store of the fresh home (the one the engine opens by default)."""
+    st = open_state_store()
+    yield st
+    st.close()
+
+
+def state(key: str, *, indexed: bool = True, **kw: object) -> ItemState:
+    """An item's stored state; indexed ones have a version and one chunk."""
+    doc = document_id(SID, key)
+    fields: dict[str, object] = {
+        "source": SID,
+        "item_key": key,
+        "doc_id": doc,
+        "version": VersionEvidence(etag=f"e-{key}", content_hash=f"h-{key}") if indexed else None,
+        "content_hash": f"h-{key}" if indexed else None,
+        "processing_hash": "proc",
+        "chunk_ids": [f"{doc}-00000"] if indexed else [],
+    }
+    fields.update(kw)
+    return ItemState(**fields)  # type: ignore[arg-type]
+
+
+def stored(store: StateStore, *states: ItemState) -> dict[str, ItemState]:
+    """Save ``states`` and read them back (what a stage sees of them)."""
+    store.save_items(states)
+    return store.items(SID)
