@@ -4,7 +4,7 @@ The golden tests of ``test_golden.py`` pin a few small documents; this one pins 
 whole behaviour on the benchmark's quick corpus (``python -m benchmarks chunkers --quick``: the
 seed documents from ``../shared/seeds`` and Python's HTML documentation), under option sets
 that reach every way a chunk is built: plain runs, overlaps, heading prefixes, folded headings,
-headings with nothing under them, sections and small limits that split inside sentences.
+headings with nothing under them, sections, tables, and small limits that split inside sentences.
 
 Each document's chunks are stored as one digest of their dicts (id, text, token count, content
 hash, heading path, positions, kind, metadata), so a change to any field of any chunk fails the
@@ -50,6 +50,15 @@ def _with_headings(paragraphs: list[str]) -> ParsedDocument:
     return ParsedDocument(blocks)
 
 
+def _as_table(paragraphs: list[str]) -> ParsedDocument:
+    """Every paragraph a row of one table (its first words, the rest), between two paragraphs."""
+    rows = [[p[:30], p[30:]] for p in paragraphs]
+    table = Block(BlockKind.TABLE, "\n".join("\t".join(r) for r in rows), rows=rows, header=["start", "rest"])
+    return ParsedDocument(
+        [Block(BlockKind.PARAGRAPH, paragraphs[0]), table, Block(BlockKind.PARAGRAPH, paragraphs[-1])]
+    )
+
+
 # (case name, chunker, options, how a document's paragraphs become blocks)
 CASES: list[tuple[str, str, dict[str, Any], Callable[[list[str]], ParsedDocument]]] = [
     ("token-512", "token", {"chunk_token_num": 512}, _paragraphs),
@@ -64,6 +73,8 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[list[str]], ParsedDocument
         _with_headings,
     ),
     ("token-100-headings", "token", {"chunk_token_num": 100, "headings": True}, _with_headings),
+    ("table-200", "token", {"chunk_token_num": 200, "table_rows_per_chunk": 6}, _as_table),
+    ("table-64-headings", "heading", {"chunk_token_num": 64}, _as_table),
 ]
 
 
