@@ -1,4 +1,4 @@
-"""One Airflow sync DAG per source declared in include/sources.yaml (see plugins/tributary_airflow/dag_factory.py)."""
+"""One Airflow sync DAG per source declared in include/sources.yaml (see plugins/tributary_airflow/dag_factory/)."""
 
 from plugins.tributary_airflow.dag_factory import build_dags
 

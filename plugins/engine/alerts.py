@@ -25,8 +25,11 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
+
+import httpx
 
 __all__ = [
     "alert_finished_run",
@@ -81,14 +84,11 @@ def resolve_webhook_url(conn_id: str | None = None) -> str | None:
     return host
 
 
-def _airflow_base_url() -> str:
-    try:
-        from airflow.configuration import conf
-
-        base = conf.get("api", "base_url", fallback="") or ""
-    except Exception:
-        base = ""
-    return (base or "http://localhost:8080").rstrip("/")
+def _default_base_url() -> str:
+    """Airflow's UI address when the caller passes none. The engine reads no Airflow
+    configuration: the Airflow layer passes ``[api] base_url`` (``plugins.tributary_airflow.
+    callbacks.airflow_base_url``); without it, the same setting's environment form is used."""
+    return (os.environ.get("AIRFLOW__API__BASE_URL") or "http://localhost:8080").rstrip("/")
 
 
 def build_failure_summary(
@@ -98,12 +98,14 @@ def build_failure_summary(
     run_id: str,
     failed_stage: str | None,
     run: Mapping[str, Any] | None,
-    items: list[Mapping[str, Any]],
+    items: Sequence[Mapping[str, Any]],
     reason: str | None = None,
+    base_url: str | None = None,
 ) -> dict[str, Any]:
-    """Everything the alert says, as data (the Slack payload is rendered from this)."""
-    from urllib.parse import quote
+    """Everything the alert says, as data (the Slack payload is rendered from this).
 
+    ``base_url`` is Airflow's UI address for the links (default: :func:`_default_base_url`).
+    """
     counts = dict((run or {}).get("counts") or {})
     tally = Counter(i["action"] for i in items)
     if not counts and tally:
@@ -112,7 +114,7 @@ def build_failure_summary(
     if run and run.get("error"):
         errors.extend(e for e in str(run["error"]).split("\n") if e.strip())
     errors.extend(f"{i['item_key']}: {i['error']}" for i in items if i.get("error"))
-    base = _airflow_base_url()
+    base = (base_url or _default_base_url()).rstrip("/")
     return {
         "source": source,
         "dag_id": dag_id,
@@ -190,8 +192,6 @@ def post_failure_summary(summary: Mapping[str, Any], conn_id: str | None = None)
     url = resolve_webhook_url(conn_id)
     if not url:
         return False
-    import httpx
-
     try:
         response = httpx.post(url, json=slack_payload(summary), timeout=10.0)
         response.raise_for_status()
@@ -256,14 +256,15 @@ def build_partial_summary(
     dag_id: str,
     run_id: str,
     run: Mapping[str, Any] | None,
-    items: list[Mapping[str, Any]],
+    items: Sequence[Mapping[str, Any]],
     breaches: list[str],
     quarantined: list[Any],
+    base_url: str | None = None,
 ) -> dict[str, Any]:
     """The summary of a run that succeeded with failed-item breaches and/or newly quarantined items."""
     failed = [i for i in items if i["action"] == "failed"]
     summary = build_failure_summary(
-        source=source, dag_id=dag_id, run_id=run_id, failed_stage=None, run=run, items=failed
+        source=source, dag_id=dag_id, run_id=run_id, failed_stage=None, run=run, items=failed, base_url=base_url
     )
     parts = list(breaches)
     if quarantined:
@@ -276,22 +277,23 @@ def build_partial_summary(
     return summary
 
 
-def alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any]) -> bool:
+def alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any], *, base_url: str | None = None) -> bool:
     """Called by the summary task once the run is closed as "success": post the alert its
-    failures call for, if any. True when an alert was delivered.
+    failures call for, if any. True when an alert was delivered. ``base_url``: Airflow's UI
+    address for the alert's links (see :func:`build_failure_summary`).
 
     Posted after the run is closed, so a re-run summary task (which finds the run closed and
     returns early) never posts it twice; a task killed between the two loses it, which is the
     lesser evil for a notification. Never raises: a broken alert must not fail a finished run.
     """
     try:
-        return _alert_finished_run(ctx, store, counts)
+        return _alert_finished_run(ctx, store, counts, base_url)
     except Exception as exc:
         log.warning("alert check for run %s failed: %s", ctx.run_id, type(exc).__name__)
         return False
 
 
-def _alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any]) -> bool:
+def _alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any], base_url: str | None) -> bool:
     source = ctx.source
     options = source.options or {}
     breaches = failed_item_breaches(counts, options)
@@ -309,6 +311,7 @@ def _alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any]) -> bool
         items=store.run_items(ctx.run_id, action="failed", source=source.source_id),
         breaches=breaches,
         quarantined=quarantined,
+        base_url=base_url,
     )
     log.warning("run %s of %s succeeded with %s", ctx.run_id, source.source_id, summary["outcome"])
     return post_failure_summary(summary)

@@ -8,6 +8,8 @@ sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--win
 search QUERY [--source S]     BM25 search of the index, with each hit's lineage
 runs [--source S]             recent runs with their counts
 reap [--source S]             mark runs that died while "running" failed, remove their staging
+                              (in-process runs; ``python -m plugins.tributary_airflow.cli reap``
+                              also judges Airflow runs by their DAG run)
 run RUN_ID [--action A]       one run: counts and per-item lineage
 item SOURCE KEY               an item's stored state and its history across runs
 chunk CHUNK_ID                a chunk and the run / source version / stages it came from
@@ -21,12 +23,22 @@ import contextlib
 import datetime as dt
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
-from include.config import load_sources_report
+from include.config import IndexConfig, load_sources_report
+from include.index import IndexBackend, open_index
 from include.settings import get_settings
+from include.stores import StateStore, open_state_store
+from plugins.engine import get_source, run_pipeline
+from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
+from plugins.engine.reaper import DagRunState, reap_stale_runs
 
-__all__ = ["main"]
+__all__ = ["DagRunStateFactory", "main"]
+
+# Builds the reaper's view of Airflow DAG runs (None: not available here). The engine has none of
+# its own: ``plugins.tributary_airflow.cli`` passes the metadata-DB one.
+DagRunStateFactory = Callable[[], DagRunState | None]
 
 
 def _default(value: Any) -> Any:
@@ -41,11 +53,7 @@ def _emit(obj: Any, as_json: bool, text: str) -> None:
     print(json.dumps(obj, default=_default, ensure_ascii=False, indent=2) if as_json else text)
 
 
-def _index_for(source: str | None):
-    from include.config import IndexConfig
-    from include.index import open_index
-    from plugins.engine import get_source
-
+def _index_for(source: str | None) -> IndexBackend:
     return open_index(get_source(source).index if source else IndexConfig())
 
 
@@ -60,8 +68,6 @@ def cmd_sources(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from plugins.engine import get_source, run_pipeline
-
     params = {
         "full_resync": args.full_resync,
         "dry_run": args.dry_run,
@@ -91,9 +97,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0 if hits else 1
 
 
-def _store():
-    from include.stores import open_state_store
-
+def _store() -> StateStore:
     return open_state_store()
 
 
@@ -102,8 +106,6 @@ def _counts_text(counts: dict[str, Any]) -> str:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from plugins.engine.lineage import list_runs
-
     store = _store()
     try:
         runs = list_runs(store, args.source, limit=args.limit)
@@ -115,13 +117,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from plugins.engine.reaper import metadata_dag_run_state, reap_stale_runs
-
+    factory: DagRunStateFactory | None = None if args.no_airflow else args.dag_run_state
+    if factory is None and not args.no_airflow:
+        print(
+            "Airflow runs are left alone: python -m plugins.tributary_airflow.cli reap judges them by their DAG run",
+            file=sys.stderr,
+        )
     store = _store()
     try:
-        # Airflow's logging (set up by importing it) writes to stdout: keep stdout for the result
+        # the oracle's set-up may log to stdout (Airflow's logging does): keep stdout for the result
         with contextlib.redirect_stdout(sys.stderr):
-            oracle = None if args.no_airflow else metadata_dag_run_state()
+            oracle = factory() if factory is not None else None
             reaped = [r.to_dict() for r in reap_stale_runs(store, source=args.source, dag_run_state=oracle)]
     finally:
         store.close()
@@ -131,8 +137,6 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from plugins.engine.lineage import run_report, warnings_text
-
     store = _store()
     try:
         report = run_report(store, args.run_id, args.action, args.source)
@@ -160,8 +164,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_item(args: argparse.Namespace) -> int:
-    from plugins.engine.lineage import item_history, warnings_text
-
     store = _store()
     try:
         found = item_history(store, args.source, args.key)
@@ -187,8 +189,6 @@ def cmd_item(args: argparse.Namespace) -> int:
 
 
 def cmd_chunk(args: argparse.Namespace) -> int:
-    from plugins.engine.lineage import chunk_lineage
-
     store = _store()
     try:
         found = chunk_lineage(store, args.chunk_id, args.source)
@@ -211,8 +211,6 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from plugins.engine.lineage import diff_runs
-
     store = _store()
     try:
         diff = diff_runs(store, args.run_a, args.run_b, args.source)
@@ -232,9 +230,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m plugins.engine.cli") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m plugins.engine.cli", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output")
@@ -261,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_runs)
     p = sub.add_parser("reap", parents=[common], help="close runs that died while running (plugins/engine/reaper.py)")
     p.add_argument("--source")
-    p.add_argument("--no-airflow", action="store_true", help="judge in-process runs only (no Airflow metadata DB)")
+    p.add_argument("--no-airflow", action="store_true", help="judge in-process runs only (no Airflow DAG runs)")
     p.set_defaults(fn=cmd_reap)
     p = sub.add_parser("run", parents=[common])
     p.add_argument("run_id")
@@ -284,8 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(
+    argv: list[str] | None = None,
+    *,
+    dag_run_state: DagRunStateFactory | None = None,
+    prog: str = "python -m plugins.engine.cli",
+) -> int:
+    """Run one command. ``dag_run_state`` lets ``reap`` judge Airflow runs (see the module doc)."""
+    args = build_parser(prog).parse_args(argv)
+    args.dag_run_state = dag_run_state
     return int(args.fn(args))
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from include.config import IndexConfig, load_sources_report
+from include.index import open_index
 from include.settings import get_settings
 from include.stores import StateStore
 
@@ -86,7 +87,7 @@ def jsonable(value: Any) -> Any:
 
 
 def _run_row(run: Mapping[str, Any]) -> dict[str, Any]:
-    row = jsonable(dict(run))
+    row: dict[str, Any] = jsonable(dict(run))
     row["counts"] = row.get("counts") or {}
     row["params"] = row.get("params") or {}
     started, ended = run.get("started_at"), run.get("ended_at")
@@ -102,7 +103,7 @@ def list_runs(store: StateStore, source: str | None = None, limit: int = 50) -> 
 
 
 def _item_row(item: Mapping[str, Any]) -> dict[str, Any]:
-    row = jsonable(dict(item))
+    row: dict[str, Any] = jsonable(dict(item))
     for key in ("chunks_added", "chunks_kept", "chunks_removed"):
         row[key] = row.get(key) or []
     row["stage_ms"] = row.get("stage_ms") or {}
@@ -170,8 +171,6 @@ def _index_configs(source: str | None) -> list[IndexConfig]:
 
 
 def _find_chunk(chunk_id: str, configs: Iterable[IndexConfig]) -> tuple[dict[str, Any], IndexConfig] | None:
-    from include.index import open_index
-
     for config in configs:
         index = open_index(config)
         try:

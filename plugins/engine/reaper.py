@@ -6,10 +6,10 @@ no ``finally`` and no callback, so the run log keeps it ``running`` and its stag
 
 - **Airflow runs** (any run type but ``inline``): dead when their DAG run is gone or has ended
   (``failed``, or ``success`` without the summary task closing the run, e.g. marked by hand).
-  A task asks the API server through the Task SDK (``RuntimeTaskInstance.get_dr_count`` and
-  ``get_dagrun_state``; Airflow 3 gives task code no metadata-DB access). Outside a task (the
-  ``reap`` CLI command) a caller passes its own ``dag_run_state``; without one these runs are
-  left alone: a guess must never close a live run.
+  The reaper does not ask Airflow itself: the caller passes a :data:`DagRunState`, the Airflow
+  layer's (``plugins.tributary_airflow.callbacks``: the Task SDK in task code, the metadata DB
+  for the ``reap`` command). Without one these runs are left alone: a guess must never close a
+  live run.
 - **In-process runs** (``inline``, ``run_pipeline``): the run records its host, pid and the
   pid's start time (``owner``). On the same host the run is dead when that process is gone, or
   when the pid now belongs to another process (a different start time: the pid was reused). On
@@ -33,12 +33,12 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.staging import StagingArea
-from plugins.engine.context import log
+from plugins.connectors.base import get_connector_class
+from plugins.engine.context import get_source, log
 
 __all__ = [
     "DagRunState",
     "Reaped",
-    "metadata_dag_run_state",
     "process_owner",
     "reap_stale_runs",
     "retains_raw",
@@ -128,8 +128,14 @@ def _inline_verdict(run: dict[str, Any], now: dt.datetime) -> str | None:
 
 
 def sdk_dag_run_state() -> DagRunState | None:
-    """Inside an Airflow task: ask the API server through the Task SDK; elsewhere None."""
+    """Inside an Airflow task: ask the API server through the Task SDK; elsewhere None.
+
+    Transitional: ``runner.start_run`` still calls this. It goes once ``start_run`` receives its
+    ``dag_run_state`` from the caller (the discover operator passes
+    ``plugins.tributary_airflow.callbacks.sdk_dag_run_state()``, the same function).
+    """
     try:
+        # deferred: Airflow is optional for the engine (in-process runs have no Task SDK)
         from airflow.sdk.execution_time import task_runner
     except ImportError:
         return None
@@ -145,29 +151,6 @@ def sdk_dag_run_state() -> DagRunState | None:
         except Exception as exc:  # the API server's trouble must not fail this run's discover
             log.warning("reaper: cannot read the state of DAG run %s of %s: %s", run_id, dag_id, exc)
             return None
-
-    return state
-
-
-def metadata_dag_run_state() -> DagRunState | None:
-    """Outside task code (the ``reap`` CLI command on a machine with Airflow's configuration):
-    read DAG runs from the metadata DB, as Airflow's own CLI does. None when that is not possible."""
-    try:
-        import sqlalchemy as sa
-        from airflow.models.dagrun import DagRun
-        from airflow.utils.session import create_session
-    except Exception as exc:  # no Airflow here, or no configuration for it
-        log.info("reaper: no Airflow metadata DB (%s); Airflow runs are left alone", exc)
-        return None
-
-    def state(dag_id: str, run_id: str) -> str | None:
-        try:
-            with create_session() as session:
-                found = session.scalar(sa.select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        except Exception as exc:
-            log.warning("reaper: cannot read DAG run %s of %s: %s", run_id, dag_id, exc)
-            return None
-        return "gone" if found is None else str(found).split(".")[-1].lower()
 
     return state
 
@@ -188,16 +171,12 @@ def _airflow_verdict(run: dict[str, Any], dag_run_state: DagRunState | None) -> 
 
 def retains_raw(source: SourceConfig) -> bool:
     """The source's ``retain_raw``, or its connector's default when unset."""
-    from plugins.connectors.base import get_connector_class
-
     return source.retain_raw if source.retain_raw is not None else get_connector_class(source.kind).retain_raw
 
 
 def _keep_raw(source_id: str) -> bool:
     """``retains_raw`` of a configured source; True for one no longer configured (audit bytes
     are not removed on a guess)."""
-    from plugins.engine.context import get_source
-
     try:
         return retains_raw(get_source(source_id))
     except (KeyError, OSError, ValueError):

@@ -79,8 +79,10 @@ def test_next_run_reaps_killed_runs_whose_dag_run_failed_or_is_gone(tmp_path: Pa
 def test_reap_command_reads_the_metadata_db_outside_task_code(
     tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``python -m plugins.engine.cli reap`` is not task code: it reads DAG runs from Airflow's metadata DB
-    (as Airflow's own CLI does). A run-log row whose DAG run does not exist there is reaped."""
+    """``python -m plugins.tributary_airflow.cli reap`` is not task code: it reads DAG runs from
+    Airflow's metadata DB (as Airflow's own CLI does). A run-log row whose DAG run does not exist
+    there is reaped. The engine's own command (``plugins.engine.cli``, Airflow-free) leaves it alone
+    and says which command judges it."""
     import json
     import os
     import subprocess
@@ -90,21 +92,24 @@ def test_reap_command_reads_the_metadata_db_outside_task_code(
     from tests.conftest import ROOT
     from tests.support.airflow import ensure_airflow_db
 
+    def reap(module: str) -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", module, "reap", "--json"]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, timeout=300, env=dict(os.environ))
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return done
+
     ensure_airflow_db()
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "s.yaml", [_spec(tmp_path)])))
     store = open_state_store()
     store.start_run("manual__never", "files:crash", dag_id=DAG_ID, run_type="manual")
     StagingArea(DAG_ID, "manual__never").write_bytes("raw/x.md", b"# orphaned\n")
     try:
-        out = subprocess.run(
-            [sys.executable, "-m", "plugins.engine.cli", "reap", "--json"],
-            cwd=ROOT,
-            capture_output=True,
-            timeout=300,
-            env=dict(os.environ),
-        )
-        assert out.returncode == 0, out.stderr.decode()[-2000:]
-        [reaped] = json.loads(out.stdout)
+        engine_only = reap("plugins.engine.cli")
+        assert json.loads(engine_only.stdout) == []
+        assert b"Airflow runs are left alone: python -m plugins.tributary_airflow.cli reap" in engine_only.stderr
+        assert store.get_run("manual__never", "files:crash")["status"] == "running"
+
+        [reaped] = json.loads(reap("plugins.tributary_airflow.cli").stdout)
         assert reaped["reason"] == f"reaped: its DAG run ({DAG_ID}, manual__never) no longer exists"
         assert reaped["staging_removed"] and not StagingArea(DAG_ID, "manual__never").exists()
         assert store.get_run("manual__never", "files:crash")["status"] == "failed"

@@ -17,7 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from include.index import open_index
 from include.settings import PROJECT_ROOT
+from include.stores import open_state_store
 from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
 DAG_ID = "sync_web_demo"
@@ -34,22 +36,29 @@ def _airflow(*args: str, env: dict[str, str], log: Path) -> None:
         raise SystemExit(f"airflow {args[0]} failed (exit {done.returncode}); full output in {log}")
 
 
-def main() -> int:
+def _environment() -> dict[str, str]:
+    """Airflow on the project's defaults (unless set), pointed at the demo site."""
     env = dict(os.environ)
     env.setdefault("AIRFLOW_HOME", str(PROJECT_ROOT / ".airflow"))
     env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(PROJECT_ROOT / "dags"))
     env.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(PROJECT_ROOT / "plugins"))
     env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    port = int(env.get("TRIBUTARY_DEMO_PORT", "8765"))
-    env["TRIBUTARY_DEMO_URL"] = f"http://127.0.0.1:{port}/"
-    os.environ.update(env)
-    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    env["TRIBUTARY_DEMO_URL"] = f"http://127.0.0.1:{_port(env)}/"
+    return env
 
+
+def _port(env: dict[str, str]) -> int:
+    return int(env.get("TRIBUTARY_DEMO_PORT", "8765"))
+
+
+def _sync_in_airflow(env: dict[str, str]) -> bool:
+    """Serve the site and run the DAG once in Airflow; False when the site cannot be served."""
+    port = _port(env)
     try:
         server, _ = serve_directory(SITE, port)
     except OSError as exc:
         print(f"cannot serve the demo site on 127.0.0.1:{port} ({exc}); set TRIBUTARY_DEMO_PORT", file=sys.stderr)
-        return 2
+        return False
     print(f"demo site: http://127.0.0.1:{port}/ ({SITE})", flush=True)
     log = Path(env["AIRFLOW_HOME"]) / "demo-run.log"
     log.write_bytes(b"")
@@ -58,14 +67,19 @@ def main() -> int:
         _airflow("dags", "test", DAG_ID, env=env, log=log)
     finally:
         server.shutdown()
+    return True
 
-    from include.index import open_index
-    from include.stores import open_state_store
 
+def _report() -> int:
+    """What the run did (from the run log) and the answer to the sample question."""
+    # the ground's stores, not the Airflow hooks: this process never imports Airflow (its
+    # configuration would be read before main() sets AIRFLOW_HOME); the DAG runs in subprocesses
     store = open_state_store()
-    run = store.runs("web:demo", limit=1)[0]
-    items = store.run_items(run["run_id"])
-    store.close()
+    try:
+        run = store.runs("web:demo", limit=1)[0]
+        items = store.run_items(run["run_id"])
+    finally:
+        store.close()
     counts = run["counts"] or {}
     print(f"\nrun {run['run_id']}: {run['status']}")
     print(
@@ -88,6 +102,15 @@ def main() -> int:
     hit = hits[0]
     print(f"  {hit.title} — {hit.url}\n  " + " ".join(hit.text.split())[:300])
     return 0 if run["status"] == "success" else 1
+
+
+def main() -> int:
+    env = _environment()
+    os.environ.update(env)
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    if not _sync_in_airflow(env):
+        return 2
+    return _report()
 
 
 if __name__ == "__main__":

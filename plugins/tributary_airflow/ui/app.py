@@ -26,8 +26,11 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from include.config import load_sources_report
+from include.settings import get_settings
 from include.stores import StateStore
 from plugins.engine import lineage
+from plugins.tributary_airflow.hooks import StateStoreHook
 
 __all__ = ["MAX_LIMIT", "create_app"]
 
@@ -41,22 +44,15 @@ Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"1..{MAX_LIMIT}")]
 
 
 def _store() -> Iterator[StateStore]:
-    from include.stores import open_state_store
-
-    store = open_state_store()
-    try:
+    """One store per request, closed when the response is sent."""
+    with StateStoreHook() as store:
         yield store
-    finally:
-        store.close()
 
 
 Store = Annotated[StateStore, Depends(_store)]
 
 
 def _sources() -> list[dict[str, Any]]:
-    from include.config import load_sources_report
-    from include.settings import get_settings
-
     return [
         {"source": s.source_id, "dag_id": s.dag_id, "kind": s.kind, "index": f"{s.index.backend}/{s.index.name}"}
         for s in load_sources_report(get_settings().sources_file)[0]  # valid ones: a typo elsewhere is no 500
@@ -71,6 +67,8 @@ def _unauthorized(detail: str, error: str | None = "invalid_token") -> HTTPExcep
 
 def _presented_token(request: Request) -> str | None:
     """The bearer token (RFC 6750 s2.1; the scheme is case-insensitive) or else the UI's cookie."""
+    # deferred: the API server's auth modules load only where requests are served (every
+    # Airflow process imports the plugin; see _require_user)
     from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 
     scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
@@ -91,6 +89,7 @@ async def _require_user(request: Request) -> Any:
     Airflow's security module is imported here, not at import time: every Airflow process loads
     the plugin, only the API server serves it.
     """
+    # deferred: the API server's security module, for requests only (see the docstring)
     from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
     token = _presented_token(request)
@@ -124,20 +123,25 @@ def _run_link(run: dict[str, Any]) -> str | None:
     return f"/dags/{quote(run['dag_id'])}/runs/{quote(run['run_id'], safe='')}"
 
 
-def create_app(*, require_auth: bool = True) -> FastAPI:
+def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(["html"]))
     env.filters.update(
         short=_short, version=_version, q=lambda s: quote(str(s), safe=""), warnings=lineage.warnings_text
     )
     env.globals.update(run_link=_run_link, actions=lineage.ACTIONS)
+    return env
+
+
+def create_app(*, require_auth: bool = True) -> FastAPI:
+    """The audit app; ``require_auth=False`` only for tests that serve it outside Airflow."""
     deps = [Depends(_require_user)] if require_auth else []
     app = FastAPI(title="Tributary audit", dependencies=deps, docs_url=None, redoc_url=None, openapi_url=None)
+    _add_json_routes(app)
+    _add_html_routes(app, _environment())
+    return app
 
-    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
-        root = request.scope.get("root_path", "").rstrip("/")
-        return HTMLResponse(env.get_template(name).render(root=root, **ctx))
 
-    # ----------------------------------------------------------------------------- JSON
+def _add_json_routes(app: FastAPI) -> None:
     @app.get("/api/runs")
     def api_runs(store: Store, source: str | None = None, limit: Limit = 50) -> Any:
         return lineage.list_runs(store, source, limit=limit)
@@ -158,7 +162,15 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
     def api_diff(a: str, b: str, store: Store, source: str | None = None) -> Any:
         return _found(lineage.diff_runs(store, a, b, source), f"runs {a} / {b}")
 
-    # ----------------------------------------------------------------------------- HTML
+
+def _add_html_routes(app: FastAPI, env: Environment) -> None:
+    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return HTMLResponse(env.get_template(name).render(root=root, **ctx))
+
+    def found_or_missing(request: Request, value: Any, name: str, what: str, **ctx: Any) -> HTMLResponse:
+        return page(request, "missing.html", what=what) if value is None else page(request, name, **ctx)
+
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, store: Store) -> HTMLResponse:
         sources = _sources()
@@ -180,36 +192,27 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
         action: str | None = None,
         source: str | None = None,
         dag_id: str | None = None,
-    ):
+    ) -> HTMLResponse:
         if not source and dag_id:  # the DAG-run tab knows the DAG, not the source
             source = next((s["source"] for s in _sources() if s["dag_id"] == dag_id), None)
         report = lineage.run_report(store, run_id, action or None, source or None)
-        if report is None:
-            return page(request, "missing.html", what=f"run {run_id}")
-        return page(request, "run.html", r=report, run=report["run"])
+        run = report["run"] if report else None
+        return found_or_missing(request, report, "run.html", f"run {run_id}", r=report, run=run)
 
     @app.get("/items", response_class=HTMLResponse)
-    def item_page(request: Request, source: str, key: str, store: Store):
+    def item_page(request: Request, source: str, key: str, store: Store) -> HTMLResponse:
         found = lineage.item_history(store, source, key)
-        if found is None:
-            return page(request, "missing.html", what=f"item {key} of {source}")
-        return page(request, "item.html", h=found)
+        return found_or_missing(request, found, "item.html", f"item {key} of {source}", h=found)
 
     @app.get("/chunks/{chunk_id}", response_class=HTMLResponse)
-    def chunk_page(request: Request, chunk_id: str, store: Store, source: str | None = None):
+    def chunk_page(request: Request, chunk_id: str, store: Store, source: str | None = None) -> HTMLResponse:
         found = lineage.chunk_lineage(store, chunk_id, source)
-        if found is None:
-            return page(request, "missing.html", what=f"chunk {chunk_id}")
-        return page(request, "chunk.html", c=found)
+        return found_or_missing(request, found, "chunk.html", f"chunk {chunk_id}", c=found)
 
     @app.get("/diff", response_class=HTMLResponse)
-    def diff_page(request: Request, a: str, b: str, store: Store, source: str | None = None):
+    def diff_page(request: Request, a: str, b: str, store: Store, source: str | None = None) -> HTMLResponse:
         found = lineage.diff_runs(store, a, b, source or None)
-        if found is None:
-            return page(request, "missing.html", what=f"runs {a} / {b}")
-        return page(request, "diff.html", d=found)
-
-    return app
+        return found_or_missing(request, found, "diff.html", f"runs {a} / {b}", d=found)
 
 
 def _found(value: Any, what: str) -> Any:

@@ -1,0 +1,163 @@
+"""One sync DAG from one source's config: tasks, schedule, retries, callbacks, the index Asset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Asset, BaseOperator
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from include.config import SourceConfig, load_sources_report
+from include.settings import get_settings
+from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
+from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
+from plugins.tributary_airflow.operators.sync import (
+    ChunkOperator,
+    CommitStateOperator,
+    DiscoverOperator,
+    FetchOperator,
+    ParseOperator,
+    RunSummaryOperator,
+    UpsertOperator,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FETCH_OPERATORS",
+    "InvalidSourcesError",
+    "build_dag",
+    "build_dags",
+    "check_sources",
+    "fetch_operator",
+    "index_asset",
+    "schedule_for",
+]
+
+# The one place that says which kinds fetch with another operator than FetchOperator (a source's
+# ``engine_options.fetch_operator`` overrides it): Feishu's waits for its exports in the
+# triggerer instead of a worker slot. Dotted names, imported only for the sources that use them:
+# parsing DAG files must not import a connector's libraries for a kind nobody configured.
+FETCH_OPERATORS: dict[str, str] = {
+    "feishu": "plugins.tributary_airflow.operators.feishu.FeishuExportFetchOperator",
+}
+
+
+def index_asset(source: SourceConfig) -> Asset:
+    """The index a source writes to, as an Airflow Asset (downstream DAGs can schedule on it)."""
+    return Asset(
+        name=f"tributary-index-{source.index.backend}-{source.index.name}",
+        uri=f"tributary://index/{source.index.backend}/{source.index.name}",
+        group="tributary",
+    )
+
+
+def fetch_operator(source: SourceConfig) -> type[BaseOperator]:
+    """The operator class of a source's fetch task: its ``engine_options.fetch_operator``, else
+    its kind's entry in :data:`FETCH_OPERATORS`, else :class:`FetchOperator`."""
+    dotted = source.engine_options.fetch_operator or FETCH_OPERATORS.get(source.kind)
+    if not dotted:
+        return FetchOperator
+    module, _, name = dotted.rpartition(".")
+    found = getattr(importlib.import_module(module), name)
+    if not (isinstance(found, type) and issubclass(found, BaseOperator)):
+        raise TypeError(f"{source.source_id}: fetch_operator {dotted} is not an Airflow operator class")
+    return found
+
+
+def schedule_for(source: SourceConfig) -> Any:
+    """Cron schedules become data-interval timetables, so that every run (and every backfill run)
+    covers a real interval ``[start, end)``: a backfill over a date range then re-syncs what was
+    modified inside each interval. Presets like ``@once``/``@continuous`` and ``None`` pass through.
+    """
+    schedule = source.schedule
+    if not schedule or schedule in ("@once", "@continuous"):
+        return schedule
+    return CronDataIntervalTimetable(schedule, timezone="UTC")
+
+
+def _default_args() -> dict[str, Any]:
+    """Every task's retries (backoff capped at 10 min) and its failure callback."""
+    return {
+        "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
+        "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": dt.timedelta(minutes=10),
+        "on_failure_callback": on_task_failure,
+    }
+
+
+def _dag(source: SourceConfig) -> DAG:
+    index = source.index
+    return DAG(
+        dag_id=source.dag_id,
+        schedule=schedule_for(source),
+        start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        catchup=False,
+        max_active_runs=1,  # two runs of one source must not race on its state
+        tags=["tributary", source.kind, *source.tags],
+        description=source.description or f"Sync {source.kind} source {source.name} into {index.name}",
+        doc_md=DAG_DOC.format(
+            source_id=source.source_id,
+            index=index.name,
+            backend=index.backend,
+            kind=source.kind,
+            batch_size=source.batch_size,
+        ),
+        params=trigger_params(),
+        default_args=_default_args(),
+        on_failure_callback=on_dag_failure,
+    )
+
+
+def build_dag(source: SourceConfig) -> DAG:
+    """discover -> fetch (mapped over batches) -> parse -> chunk -> upsert -> commit -> summary."""
+    sid = source.source_id
+    with _dag(source) as dag:
+        discover = DiscoverOperator(task_id="discover", source=sid)
+        fetched = fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output)
+        parsed = ParseOperator.partial(task_id="parse", source=sid).expand(manifest=fetched.output)
+        chunked = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
+        upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=chunked.output)
+        commit = CommitStateOperator(task_id="commit", source=sid)
+        upserted >> commit
+        discover >> commit  # nothing to fetch: commit still runs (and closes the run)
+        RunSummaryOperator(task_id="summary", source=sid, counts=commit.output, outlets=[index_asset(source)])
+    return dag
+
+
+class InvalidSourcesError(ValueError):
+    """Sources of the sources file that do not validate (fields or options): their DAGs are not built."""
+
+
+def check_sources(sources_file: Path | None = None) -> None:
+    """Raise :class:`InvalidSourcesError` naming every invalid source (and its bad keys).
+
+    Called by its own DAG file, ``dags/tributary_sources_check.py``, so that the error is that
+    file's import error: Airflow records import errors per file and marks *every* DAG of a file
+    with one stale (unscheduled), so reporting it from the file that builds the DAGs would stop
+    every source because of one typo. This way the UI's "DAG import errors" names the bad source
+    and key while the valid sources' DAGs, built by ``dags/tributary_sources.py``, keep running.
+    """
+    _, errors = load_sources_report(sources_file or get_settings().sources_file)
+    if errors:
+        names = ", ".join(e.dag_id or e.label for e in errors)
+        lines = "\n".join(e.message for e in errors)
+        raise InvalidSourcesError(f"{len(errors)} source(s) have no DAG until fixed ({names}):\n{lines}")
+
+
+def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
+    """Every valid configured source's DAG, keyed by DAG id.
+
+    An invalid source (a typo'd option, a credential in the config...) gets no DAG; it is logged
+    here and reported as an import error by :func:`check_sources`.
+    """
+    sources, errors = load_sources_report(sources_file or get_settings().sources_file)
+    for error in errors:
+        log.error("source not built: %s", error.message)
+    return {src.dag_id: build_dag(src) for src in sources}
