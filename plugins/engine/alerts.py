@@ -8,8 +8,9 @@ run ends with failed items above the source's threshold (``alert_failed_items``:
 at least 2 failed; ``null`` turns either off), and when items became quarantined in this run
 (their failure streak reached ``quarantine_after``: later runs skip them until they change).
 
-The webhook comes from an Airflow Connection (``tributary_alerts`` unless
-``TRIBUTARY_ALERTS_CONN_ID`` names another), in any of these shapes:
+The webhook comes from a Connection, read through ``include.connections`` (Airflow's secrets
+backends: ``tributary_alerts`` unless ``TRIBUTARY_ALERTS_CONN_ID`` names another), in any of
+these shapes:
 
 - ``extra: {"webhook_url": "https://hooks.slack.com/services/T/B/X"}``
 - an HTTP connection with ``host`` = the full URL, or ``schema``/``host``/``port`` + a path in
@@ -30,6 +31,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+
+from include.connections import get_connection
 
 __all__ = [
     "alert_finished_run",
@@ -62,17 +65,14 @@ def _conn_id() -> str:
 
 
 def resolve_webhook_url(conn_id: str | None = None) -> str | None:
-    """The webhook URL from the Airflow Connection, or None when there is no such connection."""
-    from airflow.sdk import BaseHook
-
+    """The webhook URL from the Connection (``include.connections``), or None when there is none."""
     try:
-        conn = BaseHook.get_connection(conn_id or _conn_id())
+        conn = get_connection(conn_id or _conn_id())
     except Exception as exc:  # AirflowNotFoundException and friends: alerting is optional
         log.debug("no alert connection %s: %s", conn_id or _conn_id(), type(exc).__name__)
         return None
-    extra = conn.extra_dejson or {}
-    if extra.get("webhook_url"):
-        return str(extra["webhook_url"])
+    if conn.extra.get("webhook_url"):
+        return str(conn.extra["webhook_url"])
     host = (conn.host or "").strip()
     if not host:
         return None
