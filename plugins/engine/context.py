@@ -10,6 +10,7 @@ from typing import Any
 from include.config import SourceConfig, load_sources_report, url_secret
 from include.settings import get_settings
 from include.staging import StagingArea
+from include.stores import StateStore
 
 __all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source"]
 
@@ -112,12 +113,13 @@ def get_source(name: str) -> SourceConfig:
     raise KeyError(f"source {name!r} not found in {settings.sources_file}")
 
 
-def closed_run(ctx: RunContext, store: Any) -> dict[str, Any] | None:
+def closed_run(ctx: RunContext, store: StateStore) -> dict[str, Any] | None:
     """The run-log row of this run if it already finished successfully, else None.
 
     A finished run is closed: clearing and re-running any of its tasks in Airflow must leave
-    index, state and run log as they are (its staging area is gone), so stages treat it as
-    nothing to do instead of re-planning, failing, or reopening the run.
+    index, state and run log as they are (its staging area is gone), so steps treat it as
+    nothing to do instead of re-planning, failing, or reopening the run (the base of every
+    step checks it: ``plugins.engine.steps.Step``).
     """
     run = store.get_run(ctx.run_id, ctx.source.source_id)
     return run if run is not None and run.get("status") == "success" else None

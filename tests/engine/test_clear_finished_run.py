@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk import BaseOperator
 
 from include.staging import StagingArea
 from plugins.engine import get_source, run_pipeline
+from plugins.tributary_airflow.operators.base import StepOperator
 from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
@@ -28,7 +28,7 @@ from plugins.tributary_airflow.operators.sync import (
     UpsertOperator,
 )
 from tests.support.airflow import write_sources
-from tests.support.finished_run import stores_dump, task_context
+from tests.support.finished_run import RecordingTaskInstance, stores_dump, task_context
 
 RUN = "manual__2026-12-01T08:00:00+00:00"
 SID = "files:cleared"
@@ -55,7 +55,7 @@ def _path(staging: StagingArea, stage: str) -> str:
 
 
 # stage -> (the cleared task, built from the staging area; what it returns given the run's counts)
-Case = tuple[Callable[[StagingArea], BaseOperator], Callable[[StagingArea, dict[str, Any]], Any]]
+Case = tuple[Callable[[StagingArea], StepOperator], Callable[[StagingArea, dict[str, Any]], Any]]
 CASES: dict[str, Case] = {
     "discover": (
         lambda st: DiscoverOperator(task_id="discover", source=SID),
@@ -108,7 +108,9 @@ def test_clearing_a_task_of_a_finished_run_changes_nothing(finished: dict[str, A
 def test_discover_of_a_finished_run_names_its_plan(finished: dict[str, Any]) -> None:
     context = task_context(RUN)
     DiscoverOperator(task_id="discover", source=SID).execute(context)
-    assert context["ti"].pushed == {"plan": str(finished["staging"].path("discover.json"))}
+    ti = context["ti"]
+    assert isinstance(ti, RecordingTaskInstance)
+    assert ti.pushed == {"plan": str(finished["staging"].path("discover.json"))}
 
 
 def test_running_a_finished_run_again_in_process_changes_nothing(finished: dict[str, Any]) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
+from airflow.triggers.base import BaseTrigger
 
 from include.stores import open_state_store
 from plugins.engine import RunContext, discover_stage, get_source, read_manifest, start_run
@@ -16,10 +18,13 @@ from plugins.tributary_airflow.hooks.feishu import FeishuHook
 from plugins.tributary_airflow.operators.feishu import FeishuExportFetchOperator
 from tests.simulators.feishu import FeishuSimulator
 from tests.support.airflow import write_sources
+from tests.support.finished_run import task_context
 
 
 @pytest.fixture
-def batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch) -> str:
+def batch(
+    sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
     folder = sim.add_folder("批次")
     sim.add("docx", "文档一", folder, "# 一\n第一篇")
     sim.add("sheet", "表格二", folder, [["列"], ["值"]])
@@ -30,7 +35,9 @@ def batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path
     return _plan_one_batch(tmp_path, monkeypatch, "ops", options, "manual__op_test")
 
 
-def _plan_one_batch(tmp_path: Path, monkeypatch, name: str, options: dict, run_id: str) -> str:
+def _plan_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, options: dict[str, Any], run_id: str
+) -> str:
     """Configure the Feishu source ``name``, start run ``run_id`` and plan it: its one batch."""
     sources = write_sources(
         tmp_path / "sources.yaml", [{"kind": "feishu", "name": name, "schedule": None, "options": options}]
@@ -41,12 +48,24 @@ def _plan_one_batch(tmp_path: Path, monkeypatch, name: str, options: dict, run_i
     try:
         start_run(ctx, store)
         (path,) = discover_stage(ctx, store)["batches"]
+        assert isinstance(path, str)
     finally:
         store.close()
     return path
 
 
-CONTEXT = {"run_id": "manual__op_test", "params": {}}
+CONTEXT = task_context("manual__op_test")
+
+
+def _first_event(trigger: BaseTrigger) -> dict[str, Any]:
+    """The trigger's first event, run as the triggerer runs it (on an event loop)."""
+
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(first())
 
 
 def _check(manifest_path: str) -> None:
@@ -65,11 +84,7 @@ def test_deferred_path(batch: str, sim: FeishuSimulator, monkeypatch: pytest.Mon
     assert deferred.method_name == "execute_complete"
     assert sim.counters["export_creations"] == 3 and sim.counters["export_polls"] == 0  # nothing waited in the task
 
-    async def first_event():
-        async for event in deferred.trigger.run():
-            return event.payload
-
-    event = asyncio.run(first_event())
+    event = _first_event(deferred.trigger)
     _check(op.execute_complete(CONTEXT, event, **(deferred.kwargs or {})))
 
 
@@ -80,12 +95,8 @@ def test_openlineage_facets_of_the_export_fetch(batch: str, sim: FeishuSimulator
     with pytest.raises(TaskDeferred) as info:
         first.execute(CONTEXT)
 
-    async def first_event():
-        async for event in info.value.trigger.run():
-            return event.payload
-
     resumed = FeishuExportFetchOperator(task_id="fetch", source="feishu:ops", batch=batch, deferrable=True)
-    resumed.execute_complete(CONTEXT, asyncio.run(first_event()), **(info.value.kwargs or {}))
+    resumed.execute_complete(CONTEXT, _first_event(info.value.trigger), **(info.value.kwargs or {}))
     lineage = resumed.get_openlineage_facets_on_complete(None)
 
     [folder] = get_source("feishu:ops").options["folders"]
@@ -115,7 +126,13 @@ def test_not_deferrable_by_default(batch: str, sim: FeishuSimulator, monkeypatch
 
 @pytest.mark.parametrize(("default", "option"), [("False", True), ("True", False)])
 def test_source_option_overrides_the_airflow_default(
-    sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch, default, option
+    sim: FeishuSimulator,
+    feishu_conn: str,
+    tributary_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    default: str,
+    option: bool,
 ) -> None:
     folder = sim.add_folder("选项")
     sim.add("docx", "文档", folder, "# 文档\n正文")
@@ -156,7 +173,9 @@ def test_hook_reads_the_connection_lazily(sim: FeishuSimulator, feishu_conn: str
 
 
 @pytest.fixture
-def slow_batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch) -> str:
+def slow_batch(
+    sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
     folder = sim.add_folder("慢批次")
     sim.add("docx", "快", folder, "# 快\n很快导出")
     slow = sim.add("docx", "慢", folder, "# 慢\n导出很慢")
@@ -174,22 +193,17 @@ def slow_batch(sim: FeishuSimulator, feishu_conn: str, tributary_home: Path, tmp
 def test_deferred_path_downloads_finished_exports_before_the_rest(slow_batch: str, sim: FeishuSimulator) -> None:
     """Issue 20.13 on the deferred path: a finished export is not left to expire while the
     trigger waits for a slow one; the task resumes, downloads and stages it, and defers again."""
-    context = {"run_id": "manual__op_slow", "params": {}}
+    context = task_context("manual__op_slow")
     op = FeishuExportFetchOperator(task_id="fetch", source="feishu:slow", batch=slow_batch, deferrable=True)
     with pytest.raises(TaskDeferred) as info:
         op.execute(context)
-
-    async def first_event(trigger):
-        async for event in trigger.run():
-            return event.payload
-
-    event = asyncio.run(first_event(info.value.trigger))
+    event = _first_event(info.value.trigger)
     assert event["status"] == "partial"
     with pytest.raises(TaskDeferred) as again:
         op.execute_complete(context, event, **(info.value.kwargs or {}))
     assert sim.counters["export_downloads"] == 1  # the fast one, while the slow one renders
     assert [t["state"] for t in again.value.trigger.tickets] == ["pending"]
-    final = asyncio.run(first_event(again.value.trigger))
+    final = _first_event(again.value.trigger)
     manifest = read_manifest(op.execute_complete(context, final, **(again.value.kwargs or {})))
     assert sorted(e["raw"]["file_name"] for e in manifest["items"]) == ["快.docx", "慢.docx", "附件.txt"]
     assert manifest["failures"] == [] and sim.counters["export_creations"] == 2

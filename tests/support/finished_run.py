@@ -10,7 +10,9 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from airflow.sdk import Context
 
 
 def stores_dump(home: Path) -> dict[str, list[str]]:
@@ -36,6 +38,6 @@ class RecordingTaskInstance:
         self.pushed[key] = value
 
 
-def task_context(run_id: str) -> dict[str, Any]:
-    """The parts of an Airflow task context the sync operators read."""
-    return {"run_id": run_id, "params": {}, "ti": RecordingTaskInstance(run_id), "outlet_events": {}}
+def task_context(run_id: str) -> Context:
+    """The parts of an Airflow task context the sync operators read (``ti``: a recorder)."""
+    return cast(Context, {"run_id": run_id, "params": {}, "ti": RecordingTaskInstance(run_id), "outlet_events": {}})

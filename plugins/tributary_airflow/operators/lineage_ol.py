@@ -47,7 +47,7 @@ def operator_lineage(lineage: StepLineage, stage: str) -> Any:  # OperatorLineag
     """OperatorLineage for one sync task (``stage``: its task id), with a ``tributary`` run facet."""
     # the provider is optional: only a task that reports lineage needs it, never DAG parsing
     from airflow.providers.common.compat.openlineage.facet import Dataset
-    from airflow.providers.openlineage.extractors import OperatorLineage
+    from airflow.providers.openlineage.extractors import OperatorLineage  # (the same provider)
 
     facet = TributaryRunFacet(
         source=lineage.source,
