@@ -161,3 +161,14 @@ def test_a_run_staged_by_version_1_commits_as_that_engine_did(store: StateStore,
     states = store.items(source.source_id)
     assert "gone.md" not in states and states["b.md"].content_hash == "204ab1e30787fdd76437b0edc58d5819"
     assert (states["empty.md"].failure_count, states["empty.md"].last_error_reason) == (0, "parse:empty")
+
+
+def test_a_version_1_manifest_that_cannot_be_upgraded_is_refused_naming_version_1(tmp_path: Path) -> None:
+    data = json.loads((V1 / "fetched-0000.json").read_text(encoding="utf-8"))
+    del data["items"][0]["raw_digest"]  # an entry without the digest of its staged bytes
+    path = tmp_path / "fetched-0000.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ManifestError) as info:
+        read_stage_manifest(str(path))
+    assert info.value.version == 1 and f"manifest {path} (schema_version 1)" in str(info.value)
+    assert "items.0.raw.file" in str(info.value)
