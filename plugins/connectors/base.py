@@ -177,6 +177,10 @@ class Connector(abc.ABC):
 
 
 def register_connector(cls: type[Connector]) -> type[Connector]:
+    """Register ``cls`` for its ``kind``; it must name its options model (``TypeError`` if not)."""
+    model = getattr(cls, "options_model", None)
+    if not (isinstance(model, type) and issubclass(model, EngineOptions)):
+        raise TypeError(f"{cls.__qualname__}: options_model must be an EngineOptions subclass")
     _CONNECTORS[cls.kind] = cls
     return cls
 

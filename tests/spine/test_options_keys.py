@@ -453,3 +453,21 @@ def test_a_connector_touches_source_options_only_to_validate_them(kind: str) -> 
     assert any(validated for found in reads.values() for _, validated in found)  # the model is built
     raw = {name: [line for line, validated in found if not validated] for name, found in reads.items()}
     assert {name: lines for name, lines in raw.items() if lines} == {}
+
+
+def test_a_connector_without_an_options_model_is_not_registered() -> None:
+    from plugins.connectors.base import Connector, register_connector
+
+    class Untyped(Connector):
+        kind = "untyped"
+
+        def discover(self, request: Any) -> Any:
+            raise NotImplementedError
+
+        def fetch(self, change: Any) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="options_model"):
+        register_connector(Untyped)
+    with pytest.raises(KeyError, match="untyped"):
+        get_connector_class("untyped")
