@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email.utils
+import time
 from urllib.parse import quote
 
 import pytest
@@ -112,6 +114,24 @@ def test_rate_limit_waits_reset_and_succeeds(sim: FeishuSimulator, client: Feish
     sim.burst(4, api="list", reset=0)  # more 429s than max_attempts: limits are bounded by time
     assert len(list(client.list_folder(folder))) == 1
     assert sim.counters["rate_limited"] == 4 and sim.counters["list_requests"] == 5
+    # the shared policy's named stats: every retry waited the gateway's reset hint
+    assert (
+        client.retries.stats["retry/feishu/retries"] == client.retries.stats["retry/feishu/retry_after_honoured"] == 4
+    )
+
+
+def test_rate_limit_hint_from_a_standard_retry_after() -> None:
+    # without the gateway's own header, a Retry-After in either RFC 9110 form is the hint
+    def hint(headers: dict[str, str]) -> float | None:
+        limited = error_from_response(429, {"code": 99991400, "msg": "request trigger frequency limit"}, headers)
+        assert isinstance(limited, FeishuRateLimited)
+        return limited.retry_after
+
+    assert hint({"retry-after": "7"}) == 7.0
+    dated = hint({"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)})
+    assert dated is not None and 25.0 < dated <= 30.0
+    assert hint({"x-ogw-ratelimit-reset": "3", "retry-after": "7"}) == 3.0  # the gateway's own first
+    assert hint({"retry-after": "soon"}) is None
 
 
 def test_settings_from_connection_feishu_and_lark_hosts() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import email.utils
+import time
 import uuid
 
 import httpx
@@ -87,6 +89,21 @@ def test_429_without_retry_after_backs_off_exponentially(sim, yuque_url):
     with make_client(yuque_url, sleep=sleeps.append, backoff_initial=0.5, backoff_max=4) as client:
         client.get_user()
     assert len(sleeps) == 3 and all(0 < s <= 4.5 for s in sleeps)
+
+
+def test_http_date_retry_after_is_honoured_and_capped(sim, yuque_url):
+    # RFC 9110 allows an HTTP-date too; Yuque has not been seen sending one, a proxy might
+    sim.burst_429, sim.retry_after = 1, email.utils.formatdate(time.time() + 30, usegmt=True)
+    sleeps: list[float] = []
+    with make_client(yuque_url, sleep=sleeps.append, max_retry_after=60) as client:
+        client.get_user()
+        assert client.retry_policy.stats["retry/yuque/retry_after_honoured"] == 1
+    (slept,) = sleeps
+    assert 25.0 < slept <= 30.0
+    sim.burst_429, sim.retry_after = 1, email.utils.formatdate(time.time() + 86400, usegmt=True)
+    with make_client(yuque_url, sleep=sleeps.append, max_retry_after=10) as client:
+        client.get_user()
+    assert sleeps[1:] == [10.0]
 
 
 def test_retry_after_is_capped(sim, yuque_url):
