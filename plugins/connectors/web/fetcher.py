@@ -212,9 +212,10 @@ class Fetcher:
             backoff_initial=self.config.backoff_seconds,
             backoff_max=self.config.max_backoff_seconds,
             jitter=self.config.backoff_seconds / 2,
+            # A 429/503's Retry-After is waited here too (the politeness layer holds the host
+            # until then): this URL's attempts do not queue ahead of the host's slot.
             max_retry_after=_MAX_RETRY_AFTER_S,
-            # The politeness layer holds the host until a Retry-After has passed; waiting here as
-            # well keeps this URL's attempts from queueing ahead of the host's slot.
+            # one budget for all attempts of the URL, minus the time queued for the host's slot
             deadline=deadline.remaining,
             stats=self.retry_stats,
         )
