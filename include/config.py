@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -281,13 +282,19 @@ def _entry_label(entry: Any, i: int) -> tuple[str, str | None]:
     return f"#{i}", None
 
 
-def load_sources_report(path: Path) -> tuple[list[SourceConfig], list[SourceError]]:
+def load_sources_report(
+    path: Path, validate: Callable[[SourceConfig], object] | None = None
+) -> tuple[list[SourceConfig], list[SourceError]]:
     """Every valid source of a sources file, and one :class:`SourceError` per invalid entry.
 
     An entry is valid when its fields *and* its options (against its kind's model) validate, so
     a typo such as ``max_page`` is caught when the DAG file is parsed rather than when a run
-    starts. One bad entry does not invalidate the others.
+    starts. One bad entry does not invalidate the others. ``validate`` checks the options
+    (raising ``ValueError``); a caller above the ground passes the connector registry's
+    ``plugins.connectors.base.validate_source_options``; without it the registry is found by
+    name (:func:`validate_options`).
     """
+    check = validate or validate_options
     if not path.exists():
         return [], []
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -299,7 +306,7 @@ def load_sources_report(path: Path) -> tuple[list[SourceConfig], list[SourceErro
         label, dag_id = _entry_label(entry, i)
         try:
             src = SourceConfig.model_validate(entry)
-            validate_options(src)
+            check(src)
         except Exception as exc:
             errors.append(SourceError(i, label, dag_id, f"{path}: source #{i} ({label}): {exc}"))
             continue

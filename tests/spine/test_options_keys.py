@@ -471,3 +471,22 @@ def test_a_connector_without_an_options_model_is_not_registered() -> None:
         register_connector(Untyped)
     with pytest.raises(KeyError, match="untyped"):
         get_connector_class("untyped")
+
+
+def test_the_sources_file_is_checked_with_the_registry_validator_passed_or_found(tmp_path: Path) -> None:
+    """A caller above the ground hands the registry's validator in; without it the ground finds
+    the same one by name: both refuse the same typo with the same message."""
+    from include.config import load_sources_report
+
+    sources = write_sources(
+        tmp_path / "s.yaml",
+        [
+            {"kind": "files", "name": "ok", "options": {"root": str(tmp_path)}},
+            {"kind": "yuque", "name": "typo", "options": {"breadcrumb": False}},
+        ],
+    )
+    passed = load_sources_report(sources, validate=validate_source_options)
+    found = load_sources_report(sources)
+    assert [s.source_id for s in passed[0]] == [s.source_id for s in found[0]] == ["files:ok"]
+    assert [e.message for e in passed[1]] == [e.message for e in found[1]]
+    assert "options.breadcrumb: unknown option (did you mean breadcrumbs?)" in passed[1][0].message
