@@ -30,6 +30,7 @@ from include.config import IndexConfig, load_sources_report
 from include.index import IndexBackend, open_index
 from include.settings import get_settings
 from include.stores import StateStore, open_state_store
+from plugins.connectors.base import validate_source_options
 from plugins.engine import get_source, run_pipeline
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
 from plugins.engine.reaper import DagRunState, reap_stale_runs
@@ -59,7 +60,7 @@ def _index_for(source: str | None) -> IndexBackend:
 
 def cmd_sources(args: argparse.Namespace) -> int:
     """Valid sources on stdout; each invalid one (no DAG is built for it) on stderr, exit 1."""
-    sources, errors = load_sources_report(get_settings().sources_file)
+    sources, errors = load_sources_report(get_settings().sources_file, validate_source_options)
     rows = [{"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources]
     _emit(rows, args.json, "\n".join(f"{r['source']:30} {r['dag_id']:35} {r['schedule']}" for r in rows))
     for error in errors:

@@ -27,6 +27,7 @@ from include.config import IndexConfig, load_sources_report
 from include.index import open_index
 from include.settings import get_settings
 from include.stores import StateStore
+from plugins.connectors.base import validate_source_options
 
 __all__ = [
     "ACTIONS",
@@ -157,7 +158,9 @@ def item_history(store: StateStore, source: str, item_key: str) -> dict[str, Any
 
 def _index_configs(source: str | None) -> list[IndexConfig]:
     """The index a source writes to, or every distinct configured index (default first)."""
-    valid = load_sources_report(get_settings().sources_file)[0]  # another source's typo must not fail this
+    valid = load_sources_report(get_settings().sources_file, validate_source_options)[
+        0
+    ]  # another source's typo must not fail this
     configs = [s.index for s in valid if source in (None, s.source_id, s.name)]
     if source is None:
         configs.insert(0, IndexConfig())

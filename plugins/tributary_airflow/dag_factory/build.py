@@ -14,6 +14,7 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 from include.config import SourceConfig, load_sources_report
 from include.settings import get_settings
+from plugins.connectors.base import validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
 from plugins.tributary_airflow.operators.sync import (
@@ -144,7 +145,7 @@ def check_sources(sources_file: Path | None = None) -> None:
     every source because of one typo. This way the UI's "DAG import errors" names the bad source
     and key while the valid sources' DAGs, built by ``dags/tributary_sources.py``, keep running.
     """
-    _, errors = load_sources_report(sources_file or get_settings().sources_file)
+    _, errors = load_sources_report(sources_file or get_settings().sources_file, validate_source_options)
     if errors:
         names = ", ".join(e.dag_id or e.label for e in errors)
         lines = "\n".join(e.message for e in errors)
@@ -157,7 +158,7 @@ def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
     An invalid source (a typo'd option, a credential in the config...) gets no DAG; it is logged
     here and reported as an import error by :func:`check_sources`.
     """
-    sources, errors = load_sources_report(sources_file or get_settings().sources_file)
+    sources, errors = load_sources_report(sources_file or get_settings().sources_file, validate_source_options)
     for error in errors:
         log.error("source not built: %s", error.message)
     return {src.dag_id: build_dag(src) for src in sources}

@@ -29,6 +29,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from include.config import load_sources_report
 from include.settings import get_settings
 from include.stores import StateStore
+from plugins.connectors.base import validate_source_options
 from plugins.engine import lineage
 from plugins.tributary_airflow.hooks import StateStoreHook
 
@@ -55,7 +56,9 @@ Store = Annotated[StateStore, Depends(_store)]
 def _sources() -> list[dict[str, Any]]:
     return [
         {"source": s.source_id, "dag_id": s.dag_id, "kind": s.kind, "index": f"{s.index.backend}/{s.index.name}"}
-        for s in load_sources_report(get_settings().sources_file)[0]  # valid ones: a typo elsewhere is no 500
+        for s in load_sources_report(get_settings().sources_file, validate_source_options)[
+            0
+        ]  # valid ones: a typo elsewhere is no 500
     ]
 
 
