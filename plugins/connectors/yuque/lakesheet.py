@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -111,7 +111,7 @@ def inflate_bounded(data: bytes, max_bytes: int = DEFAULT_MAX_SHEET_BYTES) -> by
             if len(out) > max_bytes:
                 raise LakesheetError("bomb", f"sheet inflates beyond the {max_bytes}-byte cap")
             pending = inflater.unconsumed_tail
-    except zlib_ng.error as exc:
+    except zlib_ng.error as exc:  # type: ignore[misc]  # the stub declares ``error`` an instance, not a class
         raise LakesheetError("corrupt", f"sheet is not a valid zlib stream: {exc}") from None
     if not inflater.eof:
         raise LakesheetError("corrupt", "sheet zlib stream is truncated")
@@ -149,7 +149,7 @@ def decode_sheets(wrapper: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_SHEET
 # --------------------------------------------------------------------------- names, values
 
 
-def sanitize_sheet_names(names: list[str]) -> list[str]:
+def sanitize_sheet_names(names: Sequence[object]) -> list[str]:
     """Excel rules: 1..31 chars, none of ``[]:*?/\\``, not starting/ending with an apostrophe,
     unique ignoring case, and not the reserved ``History``."""
     result: list[str] = []
@@ -170,7 +170,8 @@ def sanitize_sheet_names(names: list[str]) -> list[str]:
 
 
 def _clean(text: str) -> str:
-    return ILLEGAL_CHARACTERS_RE.sub("", text)
+    cleaned: str = ILLEGAL_CHARACTERS_RE.sub("", text)  # openpyxl is untyped: its pattern is Any
+    return cleaned
 
 
 def _typed(text: str) -> Any:
