@@ -9,7 +9,7 @@ runs the same steps in-process.
 from plugins.engine.commit import abort_run, commit_stage, finish_stage
 from plugins.engine.context import MassDeleteError, RunContext, RunParams, closed_run, get_source
 from plugins.engine.discover import discover_stage, open_connector
-from plugins.engine.manifests import ItemFailure, read_batch, read_manifest, write_fetched_manifest
+from plugins.engine.manifests import ItemFailure, read_batch, read_stage_manifest, write_fetched_manifest
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.runner import RunSummary, run_pipeline
 from plugins.engine.steps import start_run
@@ -31,7 +31,7 @@ __all__ = [
     "open_connector",
     "parse_stage",
     "read_batch",
-    "read_manifest",
+    "read_stage_manifest",
     "run_pipeline",
     "start_run",
     "upsert_stage",

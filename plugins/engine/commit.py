@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from include.failpoints import failpoint
 from include.index import IndexBackend, open_index
 from include.staging import StagingArea
 from include.stores import StateStore
@@ -121,7 +120,6 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     store.record_run_items(ctx.run_id, sid, book.lineage)
     result = run_counts(plan, manifests, book)
     log.info("%s: committed %s", sid, result)
-    failpoint("commit")
     return result
 
 

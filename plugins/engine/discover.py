@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from include.contract import ChangeKind
-from include.failpoints import failpoint
 from include.index import open_index
 from include.settings import get_settings
 from include.staging import StagingArea
@@ -171,5 +170,4 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
         "%s: discovered %d to fetch, %d unchanged, %d to delete, %d skipped (complete listing: %s)",
         *(source.source_id, len(to_fetch), len(unchanged), len(deletions), len(skipped), found.complete),
     )
-    failpoint("discover")
     return _result(ctx, plan_path, plan.batches)

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from include.contract import Change, RawDocument
-from include.failpoints import failpoint
 from include.staging import StagingArea, StagingCorruptError
 from plugins.engine.records import (
     BatchManifest,
@@ -39,7 +37,6 @@ __all__ = [
     "load_raw",
     "next_manifest_path",
     "read_batch",
-    "read_manifest",
     "read_plan",
     "read_stage_manifest",
     "write_batch_manifest",
@@ -55,14 +52,6 @@ STAGING_CORRUPT = StagingCorruptError.reason
 def corrupt_failure(item_key: str, exc: StagingCorruptError) -> ItemFailure:
     """A staged file of this item changed after it was written: fetch it again next run."""
     return ItemFailure(item_key, STAGING_CORRUPT, str(exc), retryable=True, stage="fetch")
-
-
-def read_manifest(path: str) -> dict[str, Any]:
-    """A manifest file as plain JSON, for tools that only count its entries (OpenLineage facets,
-    tests). The engine reads :func:`read_stage_manifest` / :func:`read_plan`."""
-    data = StagingArea.read_json(path)
-    assert isinstance(data, dict)
-    return data
 
 
 def read_stage_manifest(path: str) -> BatchManifest:
@@ -91,15 +80,10 @@ def next_manifest_path(path: str, stage: str) -> str:
     return str(p.with_name(f"{stage}-{number}.json"))
 
 
-# The failpoint (include/failpoints.py) reached once a stage's manifest is written.
-_FAILPOINTS = {"fetched": "fetch", "parsed": "parse", "chunked": "chunk", "upserted": "upsert"}
-
-
 def write_stage_manifest(prev_path: str, manifest: BatchManifest) -> str:
     """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one."""
     p = Path(next_manifest_path(prev_path, manifest.stage))
     path = StagingArea.at(p.parent).write_json(p.name, encode(manifest))
-    failpoint(_FAILPOINTS[manifest.stage])
     return path
 
 

@@ -35,13 +35,12 @@ from include.config import IndexConfig, SourceConfig
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.settings import get_settings
-from include.staging import StagingArea
 from include.stores import StateStore
 from plugins.connectors.base import Connector, get_connector_class
 from plugins.engine.commit import commit_stage, finish_stage
 from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
-from plugins.engine.manifests import next_manifest_path
+from plugins.engine.manifests import next_manifest_path, read_stage_manifest
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.reaper import process_owner, reap_stale_runs, retains_raw, sdk_dag_run_state
 
@@ -111,12 +110,12 @@ class ManifestResult(StepResult):
     @classmethod
     def of(cls, path: str) -> ManifestResult:
         """The result of a step that just wrote ``path``."""
-        manifest = StagingArea.read_json(path)
+        manifest = read_stage_manifest(path)
         return cls(
             manifest=path,
-            items=len(manifest.get("items") or []),
-            unchanged=len(manifest.get("unchanged") or []),
-            failed=len(manifest.get("failures") or []),
+            items=len(manifest.items),
+            unchanged=len(manifest.unchanged),
+            failed=len(manifest.failures),
         )
 
     def counts(self) -> dict[str, Any]:

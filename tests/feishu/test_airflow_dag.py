@@ -28,7 +28,12 @@ def test_sync_feishu_dag_defers_exports(
     sim.export_pending_polls = 3
     failing = sim.add("docx", "无权限文档", drive["root"], "x")
     sim.set_export(failing, 110, pending_polls=1)
-    options = {"folders": [drive["root"]], "export_poll_interval": 0.1, "export_poll_max_interval": 0.3}
+    options = {
+        "folders": [drive["root"]],
+        "export_poll_interval": 0.1,
+        "export_poll_max_interval": 0.3,
+        "deferrable": True,  # the source option overrides [operators] default_deferrable (False)
+    }
     sources = write_sources(
         tmp_path / "sources.yaml",
         [

@@ -13,7 +13,8 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow.triggers.base import BaseTrigger
 
 from include.stores import open_state_store
-from plugins.engine import RunContext, discover_stage, get_source, read_manifest, start_run
+from plugins.engine import RunContext, discover_stage, get_source, read_stage_manifest, start_run
+from plugins.engine.records import ItemRecord
 from plugins.tributary_airflow.hooks.feishu import FeishuHook
 from plugins.tributary_airflow.operators.feishu import FeishuExportFetchOperator
 from tests.simulators.feishu import FeishuSimulator
@@ -68,11 +69,16 @@ def _first_event(trigger: BaseTrigger) -> dict[str, Any]:
     return asyncio.run(first())
 
 
+def _file_name(item: ItemRecord) -> str:
+    assert item.raw is not None, item.item_key
+    return item.raw.file_name
+
+
 def _check(manifest_path: str) -> None:
-    manifest = read_manifest(manifest_path)
-    assert sorted(e["raw"]["file_name"] for e in manifest["items"]) == ["文档一.docx", "表格二.xlsx", "附件三.txt"]
-    [failure] = manifest["failures"]
-    assert failure["reason"] == "export_status_110" and failure["retryable"] is False
+    manifest = read_stage_manifest(manifest_path)
+    assert sorted(_file_name(e) for e in manifest.items) == ["文档一.docx", "表格二.xlsx", "附件三.txt"]
+    [failure] = manifest.failures
+    assert failure.reason == "export_status_110" and failure.retryable is False
 
 
 def test_deferred_path(batch: str, sim: FeishuSimulator, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,8 +151,8 @@ def test_source_option_overrides_the_airflow_default(
             op.execute(CONTEXT)
         assert sim.counters["export_polls"] == 0
     else:
-        [entry] = read_manifest(op.execute(CONTEXT))["items"]
-        assert entry["raw"]["file_name"] == "文档.docx"
+        [entry] = read_stage_manifest(op.execute(CONTEXT)).items
+        assert _file_name(entry) == "文档.docx"
 
 
 def test_polling_error_is_recorded_not_raised(batch: str, sim: FeishuSimulator) -> None:
@@ -155,9 +161,9 @@ def test_polling_error_is_recorded_not_raised(batch: str, sim: FeishuSimulator) 
         op.execute(CONTEXT)
     tickets = info.value.trigger.tickets
     event = {"status": "error", "error": "TimeoutError: triggerer restarted", "tickets": tickets}
-    manifest = read_manifest(op.execute_complete(CONTEXT, event, **(info.value.kwargs or {})))
-    assert [e["raw"]["file_name"] for e in manifest["items"]] == ["附件三.txt"]
-    assert {f["reason"] for f in manifest["failures"]} == {"export_poll_error"}
+    manifest = read_stage_manifest(op.execute_complete(CONTEXT, event, **(info.value.kwargs or {})))
+    assert [_file_name(e) for e in manifest.items] == ["附件三.txt"]
+    assert {f.reason for f in manifest.failures} == {"export_poll_error"}
 
 
 def test_hook_reads_the_connection_lazily(sim: FeishuSimulator, feishu_conn: str) -> None:
@@ -204,6 +210,6 @@ def test_deferred_path_downloads_finished_exports_before_the_rest(slow_batch: st
     assert sim.counters["export_downloads"] == 1  # the fast one, while the slow one renders
     assert [t["state"] for t in again.value.trigger.tickets] == ["pending"]
     final = _first_event(again.value.trigger)
-    manifest = read_manifest(op.execute_complete(context, final, **(again.value.kwargs or {})))
-    assert sorted(e["raw"]["file_name"] for e in manifest["items"]) == ["快.docx", "慢.docx", "附件.txt"]
-    assert manifest["failures"] == [] and sim.counters["export_creations"] == 2
+    manifest = read_stage_manifest(op.execute_complete(context, final, **(again.value.kwargs or {})))
+    assert sorted(_file_name(e) for e in manifest.items) == ["快.docx", "慢.docx", "附件.txt"]
+    assert manifest.failures == [] and sim.counters["export_creations"] == 2

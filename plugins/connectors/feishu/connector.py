@@ -15,7 +15,7 @@ Options (``SourceConfig.options``, read only through :class:`.options.FeishuOpti
     export_deadline_seconds: 900   # overall wait for one batch's exports
     export_poll_interval: 1.0      # first poll delay, doubling per ticket up to the max
     export_poll_max_interval: 8.0
-    deferrable: true               # wait for exports in the triggerer
+    deferrable: true               # wait in the triggerer (unset: [operators] default_deferrable)
     client: {timeout: 30, max_attempts: 5, rate_limit_max_wait: 300, token_margin: 300}
     rate_limits: {file_download: [[5, 1], [10000, 86400]]}   # per-API budget overrides
 

@@ -53,7 +53,9 @@ class FeishuOptions(EngineOptions):
     export_deadline_seconds: float = Field(default=900, gt=0)
     export_poll_interval: float = Field(default=1.0, gt=0)
     export_poll_max_interval: float = Field(default=8.0, gt=0)
-    deferrable: bool = True
+    # wait for exports in the triggerer (true) or poll in the task (false); unset: Airflow's
+    # ``[operators] default_deferrable`` decides, as it does for the providers' operators
+    deferrable: bool | None = None
     # H8 (issue 20): in-task exports in flight at once; docx via raw_content (text, one call);
     # a changed modified_time re-checked against docx revision_id before re-fetching.
     export_concurrency: int = Field(default=20, ge=1, le=200)

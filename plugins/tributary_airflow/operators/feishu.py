@@ -1,8 +1,7 @@
 """The Feishu fetch operator: creates a batch's export tasks, defers while Feishu renders them,
 then downloads and writes the same ``fetched`` manifest as the generic fetch task.
 
-The DAG factory uses it instead of the generic fetch task because
-``FeishuConnector.fetch_operator`` names it. It is the generic
+The DAG factory's fetch-operator table maps the ``feishu`` kind to it. It is the generic
 :class:`~plugins.tributary_airflow.operators.sync.FetchOperator` with another step,
 :class:`FeishuExportFetchStep` (a :class:`~plugins.engine.steps.FetchStep`), so a cleared task
 of a finished run does nothing here too, and failpoints, timing and OpenLineage facets are the
@@ -31,6 +30,7 @@ from include.stores import StateStore
 from plugins.connectors.base import Connector, FetchError
 from plugins.connectors.feishu.connector import FeishuConnector
 from plugins.connectors.feishu.exports import ExportTicket
+from plugins.connectors.feishu.options import FeishuOptions
 from plugins.engine import ItemFailure, RunContext, read_batch, write_fetched_manifest
 from plugins.engine.steps import ConnectorOpener, FetchStep, ManifestResult
 from plugins.tributary_airflow.operators.base import run_context
@@ -136,7 +136,7 @@ class FeishuExportFetchOperator(FetchOperator):
     def _deferrable(self, ctx: RunContext) -> bool:
         if self.deferrable is not None:
             return self.deferrable
-        if (option := ctx.source.options.get("deferrable")) is not None:
+        if (option := FeishuOptions.model_validate(ctx.source.options).deferrable) is not None:
             return bool(option)
         return conf.getboolean("operators", "default_deferrable", fallback=False)
 
