@@ -25,13 +25,12 @@ source file is rendered into DAGs, parsed by every scheduler and shown in the UI
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
@@ -43,12 +42,12 @@ __all__ = [
     "ChunkerConfig",
     "EngineOptions",
     "IndexConfig",
+    "OptionsCheck",
     "SourceConfig",
     "SourceError",
     "load_sources",
     "load_sources_report",
     "url_secret",
-    "validate_options",
 ]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -160,12 +159,6 @@ class EngineOptions(BaseModel):
     retention_keep_runs: int | None = Field(default=None, ge=0)
 
 
-# The connector registry knows each kind's options model. The ground cannot import a component,
-# so it names the registry and loads it when a sources file is validated (its options modules
-# import pydantic and this module only; no connector).
-_OPTIONS_REGISTRY = "plugins.connectors.base"
-
-
 class ChunkerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     name: str = "token"
@@ -254,15 +247,6 @@ def _expand(value: Any) -> Any:
     return value
 
 
-def validate_options(source: SourceConfig) -> EngineOptions:
-    """Validate ``source.options`` against its kind's model; ``ValueError`` names each bad key.
-
-    The connector registry's ``validate_source_options`` (``plugins.connectors.base``) does the work.
-    """
-    registry = importlib.import_module(_OPTIONS_REGISTRY)
-    return cast(EngineOptions, registry.validate_source_options(source))
-
-
 @dataclass(frozen=True, slots=True)
 class SourceError:
     """A source entry that does not validate: where it is, which DAG it would have been, why."""
@@ -282,19 +266,20 @@ def _entry_label(entry: Any, i: int) -> tuple[str, str | None]:
     return f"#{i}", None
 
 
-def load_sources_report(
-    path: Path, validate: Callable[[SourceConfig], object] | None = None
-) -> tuple[list[SourceConfig], list[SourceError]]:
+# Checks a source's options (raising ``ValueError``): the connector registry's
+# ``validate_source_options``, which knows each kind's options model. The ground cannot import a
+# component, so every caller above it passes the registry's check in.
+OptionsCheck = Callable[[SourceConfig], object]
+
+
+def load_sources_report(path: Path, validate: OptionsCheck) -> tuple[list[SourceConfig], list[SourceError]]:
     """Every valid source of a sources file, and one :class:`SourceError` per invalid entry.
 
     An entry is valid when its fields *and* its options (against its kind's model) validate, so
     a typo such as ``max_page`` is caught when the DAG file is parsed rather than when a run
     starts. One bad entry does not invalidate the others. ``validate`` checks the options
-    (raising ``ValueError``); a caller above the ground passes the connector registry's
-    ``plugins.connectors.base.validate_source_options``; without it the registry is found by
-    name (:func:`validate_options`).
+    (:data:`OptionsCheck`).
     """
-    check = validate or validate_options
     if not path.exists():
         return [], []
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -306,7 +291,7 @@ def load_sources_report(
         label, dag_id = _entry_label(entry, i)
         try:
             src = SourceConfig.model_validate(entry)
-            check(src)
+            validate(src)
         except Exception as exc:
             errors.append(SourceError(i, label, dag_id, f"{path}: source #{i} ({label}): {exc}"))
             continue
@@ -318,9 +303,9 @@ def load_sources_report(
     return sources, errors
 
 
-def load_sources(path: Path) -> list[SourceConfig]:
+def load_sources(path: Path, validate: OptionsCheck) -> list[SourceConfig]:
     """Parse and validate a sources file. Raises ``ValueError`` naming the bad entries."""
-    sources, errors = load_sources_report(path)
+    sources, errors = load_sources_report(path, validate)
     if errors:
         raise ValueError("\n".join(e.message for e in errors))
     return sources

@@ -11,6 +11,7 @@ from include.config import SourceConfig, load_sources_report, url_secret
 from include.settings import get_settings
 from include.staging import StagingArea
 from include.stores import StateStore
+from plugins.connectors.base import validate_source_options
 
 __all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source"]
 
@@ -103,7 +104,7 @@ def get_source(name: str) -> SourceConfig:
     asking for an invalid source raises its validation error.
     """
     settings = get_settings()
-    sources, errors = load_sources_report(settings.sources_file)
+    sources, errors = load_sources_report(settings.sources_file, validate_source_options)
     for src in sources:
         if name in (src.source_id, src.dag_id, src.name):
             return src

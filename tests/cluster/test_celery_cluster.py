@@ -213,6 +213,7 @@ def _reference_chunks(demo_site: str, tmp_path: Path, monkeypatch: pytest.Monkey
     """The same source synced in-process (embedded defaults): the chunks the cluster must hold."""
     from include.config import load_sources
     from include.index.sqlite_fts import SqliteFtsIndex
+    from plugins.connectors.base import validate_source_options
     from plugins.engine.runner import run_pipeline
 
     sources = tmp_path / "sources.yaml"
@@ -221,7 +222,7 @@ def _reference_chunks(demo_site: str, tmp_path: Path, monkeypatch: pytest.Monkey
     for var in ("TRIBUTARY_STATE_URL", "TRIBUTARY_INDEX_PATH", "TRIBUTARY_STAGING_DIR", "TRIBUTARY_REDIS_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(sources))
-    [source] = load_sources(sources)
+    [source] = load_sources(sources, validate_source_options)
     summary = run_pipeline(source)
     assert summary.status == "success", summary
     index = SqliteFtsIndex(tmp_path / "ref" / "index.db", index_name="tributary")

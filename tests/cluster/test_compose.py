@@ -154,8 +154,9 @@ def test_image_is_built_from_airflow_332_and_es_majors_match(compose: dict[str, 
     assert _env_example()["ELASTIC_VERSION"].split(".")[0] == "9"
     # the compose sources file parses and points the demo at Elasticsearch by default
     from include.config import load_sources
+    from plugins.connectors.base import validate_source_options
 
-    [src] = load_sources(ROOT / "docker" / "sources.yaml")
+    [src] = load_sources(ROOT / "docker" / "sources.yaml", validate_source_options)
     assert src.index.backend == "elasticsearch" and src.dag_id == "sync_web_demo"
 
 

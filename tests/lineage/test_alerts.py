@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 
 from include.config import SourceConfig
 from include.stores import open_state_store
+from plugins.connectors.base import validate_source_options
 from plugins.engine import run_pipeline
 from plugins.engine.alerts import failed_item_breaches, resolve_webhook_url, slack_payload
 from tests.support.airflow import run_dag, write_sources
@@ -242,14 +243,12 @@ def test_failed_item_thresholds() -> None:
 
 
 def test_alert_options_are_accepted_and_checked_for_every_kind() -> None:
-    from include.config import validate_options
-
     for kind, options in (
         ("files", {"root": "/tmp"}),
         ("web", {"seeds": ["https://example.org/"]}),
     ):
         ok = SourceConfig(kind=kind, name="x", options={**options, "alert_failed_items": 3, "alert_failed_share": 0.5})
-        validate_options(ok)
+        validate_source_options(ok)
         bad = SourceConfig(kind=kind, name="x", options={**options, "alert_failed_share": 1.5})
         with pytest.raises(ValueError, match="alert_failed_share"):
-            validate_options(bad)
+            validate_source_options(bad)

@@ -21,6 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from include.config import SourceConfig, load_sources
+from plugins.connectors.base import validate_source_options
 from tests.support.airflow import write_sources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_sources_file_with_a_secret_from_the_environment_is_refused(
         ],
     )
     with pytest.raises(ValueError) as info:
-        load_sources(path)
+        load_sources(path, validate_source_options)
     message = str(info.value)
     assert str(path) in message and "source #1" in message and "options.app_secret" in message
     assert SECRET not in message
@@ -94,7 +95,7 @@ def test_ordinary_options_still_validate(options: dict[str, Any]) -> None:
 
 
 def test_shipped_sources_file_validates() -> None:
-    assert load_sources(ROOT / "include" / "sources.yaml")
+    assert load_sources(ROOT / "include" / "sources.yaml", validate_source_options)
 
 
 def _const(node: ast.AST, consts: dict[str, str]) -> str | None:
