@@ -237,3 +237,30 @@ def test_deferred_imports_say_why() -> None:
 def test_direction_rule_catches(module: str, target: str, why: str) -> None:
     (error,) = _direction_errors(Import(module, target, 1, True, False))
     assert why in error
+
+
+def _dotted_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants that look like a module path of the project (``plugins.x``, ``dags.y``)."""
+    tree = ast.parse(path.read_text())
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _is_project(node.value.split(":")[0])
+        and "." in node.value.split(":")[0]
+        and all(part.isidentifier() for part in node.value.split(":")[0].split("."))
+    ]
+
+
+def test_the_ground_names_nothing_above_it_either() -> None:
+    """An import by name (importlib, a registry string) is still an import: the ground may name
+    only the ground."""
+    errors = [
+        f"{_module_name(path)}:{line} names {value!r}"
+        for path in _source_files()
+        if _within(_module_name(path), "include")
+        for line, value in _dotted_strings(path)
+        if layer(value.split(":")[0]) > 0
+    ]
+    assert not errors, "\n".join(errors)
