@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from include.config import IndexConfig
 from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.loading import load_class
 
 __all__ = [
     "BACKENDS",
@@ -30,13 +29,10 @@ BACKENDS: dict[str, str] = {
 def backend_class(name: str) -> type[IndexBackend]:
     """The backend class registered under ``name``."""
     try:
-        module, _, attr = BACKENDS[name].partition(":")
+        path = BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown index backend {name!r} (known: {', '.join(sorted(BACKENDS))})") from None
-    cls = getattr(importlib.import_module(module), attr)
-    if not (isinstance(cls, type) and issubclass(cls, IndexBackend)):
-        raise TypeError(f"{BACKENDS[name]} is not an IndexBackend")
-    return cls
+    return load_class(path, IndexBackend)
 
 
 def open_index(config: IndexConfig | None = None) -> IndexBackend:

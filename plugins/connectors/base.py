@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from include.config import EngineOptions, SourceConfig
 from include.contract import Change, RawDocument, VersionEvidence
+from include.loading import load_class
 
 __all__ = [
     "Connector",
@@ -213,13 +214,10 @@ _OPTIONS_MODELS = {
 def options_model(kind: str) -> type[EngineOptions]:
     """The options model of a connector kind (``ValueError`` for a kind with none)."""
     try:
-        module, _, name = _OPTIONS_MODELS[kind].partition(":")
+        path = _OPTIONS_MODELS[kind]
     except KeyError:
         raise ValueError(f"unknown kind {kind!r} (known: {', '.join(sorted(_OPTIONS_MODELS))})") from None
-    model = getattr(importlib.import_module(module), name)
-    if not (isinstance(model, type) and issubclass(model, EngineOptions)):
-        raise TypeError(f"{_OPTIONS_MODELS[kind]} is not an EngineOptions model")
-    return model
+    return load_class(path, EngineOptions)
 
 
 def validate_source_options(source: SourceConfig) -> EngineOptions:
