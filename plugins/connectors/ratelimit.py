@@ -40,12 +40,14 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _US = 1_000_000
-# Control members of a scope's sorted set carry negative scores (minus their expiry), so that no
-# window count, which looks at positive times only, ever sees them.
-_PAUSE = "~pause"
-_FLOOR = "~floor:"
+# A refused request asks again 1 ms after a place frees, not at that microsecond: when many
+# waiters wake for one freed place, the losers would otherwise spin on waits of a few us (and
+# the entries recorded in one burst free their places together, 1 ms later).
+_SETTLE_US = 1000
 
-# KEYS[1]: the scope's log. ARGV[1]: op. Times in microseconds on Redis' clock.
+# KEYS[1]: the scope's log. ARGV[1]: op. Times in microseconds on Redis' clock. Control members
+# ('~pause', '~floor:<us>') carry negative scores (minus their expiry), so that no window count,
+# which looks at positive times only, ever sees them.
 #   reserve  ARGV: member, lease us (0: none), poll us, then (limit, window us) per rate
 #            -> {wait us, rate number that refused (0: none), recorded 0/1}
 #   release  ARGV: member -> {0, 0, 0}
@@ -95,7 +97,7 @@ for i = 5, #ARGV, 2 do
     if used >= limit then
       local hit = redis.call('ZRANGEBYSCORE', key, since, '+inf', 'WITHSCORES', 'LIMIT', used - limit, 1)
       local at = tonumber(hit[2])
-      local wait = at + window - now + 1
+      local wait = at + window - now + SETTLE_US
       if at > now then wait = poll end
       if wait > worst then worst, why = wait, (i - 3) / 2 end
     end
@@ -107,7 +109,7 @@ if lease > 0 then score = now + lease end
 redis.call('ZADD', key, n(score), ARGV[2])
 keep(horizon + lease)
 return {0, 0, 1}
-"""
+""".replace("SETTLE_US", str(_SETTLE_US))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,15 +125,28 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """One answer of the limiter: ``wait`` 0 means admitted."""
+    """One answer of the limiter: ``wait`` 0 means admitted; :attr:`reason` says why, in a line."""
 
     wait: float
-    reason: str
     recorded: bool = False
+    refused_by: int = 0  # the number (from 1) of the rate that refused; -1: a slow-down's pause
+    rates: tuple[Rate, ...] = ()
 
     @property
     def admitted(self) -> bool:
         return self.wait <= 0
+
+    @property
+    def reason(self) -> str:
+        # Formatted on demand: a limiter is asked often, the reason read rarely (logs, errors).
+        if self.admitted:
+            return "admitted" if self.recorded else "no limit"
+        if self.refused_by < 0:
+            return f"paused by the server's slow-down for {self.wait:.2f}s more"
+        return f"{self.rates[self.refused_by - 1]} used up: {self.wait:.2f}s to wait"
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class RateLimitTimeout(TimeoutError):
@@ -167,7 +182,7 @@ class LocalStore:
         self, key: str, member: str, lease: float, poll: float, rates: Sequence[tuple[int, float]]
     ) -> list[int]:
         with self.lock:
-            now, entry = self.now(), self.logs.setdefault(key, _Log())
+            now, entry = self.now(), self._log(key)
             self._expire(entry, now)
             if entry.pause > now:
                 return [int(entry.pause - now), -1, 0]
@@ -189,6 +204,11 @@ class LocalStore:
                 entry.done.append(now)
             return [0, 0, 1]
 
+    def _log(self, key: str) -> _Log:
+        if (entry := self.logs.get(key)) is None:
+            entry = self.logs[key] = _Log()
+        return entry
+
     @staticmethod
     def _expire(entry: _Log, now: float) -> None:
         for member, expiry in list(entry.leases.items()):
@@ -208,7 +228,7 @@ class LocalStore:
         index = used - limit
         if index >= finished:  # a request still in flight: it may end any moment
             return poll
-        return entry.done[start + index] + window - now + 1
+        return entry.done[start + index] + window - now + _SETTLE_US
 
     def release(self, key: str, member: str) -> None:
         with self.lock:
@@ -218,7 +238,7 @@ class LocalStore:
 
     def penalize(self, key: str, pause: float, floor: float, growth: float, cap: float, ttl: float) -> float:
         with self.lock:
-            now, entry = self.now(), self.logs.setdefault(key, _Log())
+            now, entry = self.now(), self._log(key)
             entry.pause = max(entry.pause, now + pause)
             previous = entry.floor if entry.floor_until > now else 0.0
             entry.floor, entry.floor_until = min(max(floor, previous * growth), cap), now + ttl
@@ -260,6 +280,7 @@ class RateLimiter:
     ) -> None:
         self.name = name
         self.stats: Counter[str] = Counter()
+        self._stat_names: dict[str, str] = {}
         self._store = store or PROCESS_STORE
         self._poll = int(poll_seconds * _US)
         self._owns_client = redis_client is None and bool(redis_url)
@@ -274,7 +295,9 @@ class RateLimiter:
         return self._script is not None
 
     def _stat(self, event: str, amount: int = 1) -> None:
-        self.stats[f"ratelimit/{self.name}/{event}"] += amount
+        if (stat := self._stat_names.get(event)) is None:
+            stat = self._stat_names[event] = f"ratelimit/{self.name}/{event}"
+        self.stats[stat] += amount
 
     def _redis_or_local(self, remote: Callable[[], _T], local: Callable[[], _T]) -> _T:
         if self._script is not None:
@@ -295,26 +318,22 @@ class RateLimiter:
 
         With ``lease`` (seconds, > 0) the request counts as in flight until :meth:`release` with
         the same ``member`` (or until the lease expires, should its holder die)."""
-        member = member or uuid.uuid4().hex
         pairs = [(r.limit, r.seconds * _US) for r in rates]
-        lease_us, args = lease * _US, [member, int(lease * _US), self._poll]
-        for limit, window in pairs:
-            args += [limit, int(window)]
+        # unique per request: members of a log must not collide (in process, only a lease needs one)
+        name = member or (uuid.uuid4().hex if lease > 0 or self._script is not None else "")
+
+        def remote() -> list[int]:
+            args: list[Any] = ["reserve", name, int(lease * _US), self._poll]
+            for limit, window in pairs:
+                args += [limit, int(window)]
+            return [int(v) for v in self._script(keys=[key], args=args)]
+
         wait, why, recorded = self._redis_or_local(
-            lambda: [int(v) for v in self._script(keys=[key], args=["reserve", *args])],
-            lambda: self._store.reserve(key, member, lease_us, self._poll, pairs),
+            remote, lambda: self._store.reserve(key, name, lease * _US, self._poll, pairs)
         )
-        decision = Decision(wait / _US, self._reason(wait, why, rates, bool(recorded)), bool(recorded))
+        decision = Decision(wait / _US, bool(recorded), why, tuple(rates))
         self._stat("admitted" if decision.admitted else "delayed")
         return decision
-
-    @staticmethod
-    def _reason(wait: int, why: int, rates: Sequence[Rate], recorded: bool) -> str:
-        if wait <= 0:
-            return "admitted" if recorded else "no limit"
-        if why < 0:
-            return f"paused by the server's slow-down for {wait / _US:.2f}s more"
-        return f"{rates[why - 1]} used up: {wait / _US:.2f}s to wait"
 
     def release(self, key: str, member: str) -> None:
         """The leased request ``member`` finished: its window runs from now."""
@@ -380,7 +399,7 @@ class RateLimiter:
         return asyncio.to_thread(call)
 
     def _check_deadline(self, key: str, decision: Decision, deadline: float, max_wait: float) -> None:
-        log.debug("%s %s: %s", self.name, key, decision.reason)
+        log.debug("%s %s: %s", self.name, key, decision)
         if time.monotonic() + decision.wait > deadline:
             self._stat("refused")
             raise RateLimitTimeout(

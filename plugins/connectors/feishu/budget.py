@@ -63,10 +63,13 @@ class RequestBudget:
         # and scheduling jitter between the two would let a full window land inside the server's
         # one. Each window is therefore held a little longer than documented.
         self._padding = padding
+        self._rate_cache: dict[str, tuple[Rate, ...]] = {}
         self.limiter = RateLimiter("feishu", redis_client=redis_client)
 
     def _rates(self, api: str) -> tuple[Rate, ...]:
-        return tuple(Rate(int(n), self._window(s)) for n, s in self.limits.get(api, ()))
+        if (rates := self._rate_cache.get(api)) is None:
+            rates = self._rate_cache[api] = tuple(Rate(int(n), self._window(s)) for n, s in self.limits.get(api, ()))
+        return rates
 
     def _window(self, seconds: float) -> float:
         pad = self._padding if self._padding is not None else min(0.5, 0.2 * seconds)
