@@ -42,7 +42,6 @@ __all__ = [
     "process_owner",
     "reap_stale_runs",
     "retains_raw",
-    "sdk_dag_run_state",
 ]
 
 # (dag_id, run_id) -> the DAG run's state, "gone" when there is no such run, None when unknown
@@ -125,34 +124,6 @@ def _inline_verdict(run: dict[str, Any], now: dt.datetime) -> str | None:
 
 
 # ----------------------------------------------------------------------------- Airflow runs
-
-
-def sdk_dag_run_state() -> DagRunState | None:
-    """Inside an Airflow task: ask the API server through the Task SDK; elsewhere None.
-
-    Transitional: ``runner.start_run`` still calls this. It goes once ``start_run`` receives its
-    ``dag_run_state`` from the caller (the discover operator passes
-    ``plugins.tributary_airflow.callbacks.sdk_dag_run_state()``, the same function).
-    """
-    try:
-        # deferred: Airflow is optional for the engine (in-process runs have no Task SDK)
-        from airflow.sdk.execution_time import task_runner
-    except ImportError:
-        return None
-    if getattr(task_runner, "SUPERVISOR_COMMS", None) is None:
-        return None
-    ti = task_runner.RuntimeTaskInstance
-
-    def state(dag_id: str, run_id: str) -> str | None:
-        try:
-            if not ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]):
-                return "gone"
-            return str(ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)).split(".")[-1].lower()
-        except Exception as exc:  # the API server's trouble must not fail this run's discover
-            log.warning("reaper: cannot read the state of DAG run %s of %s: %s", run_id, dag_id, exc)
-            return None
-
-    return state
 
 
 def _airflow_verdict(run: dict[str, Any], dag_run_state: DagRunState | None) -> str | None:

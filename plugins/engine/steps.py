@@ -42,7 +42,7 @@ from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
 from plugins.engine.manifests import next_manifest_path, read_stage_manifest
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
-from plugins.engine.reaper import process_owner, reap_stale_runs, retains_raw, sdk_dag_run_state
+from plugins.engine.reaper import DagRunState, process_owner, reap_stale_runs, retains_raw
 
 __all__ = [
     "ChunkStep",
@@ -261,11 +261,12 @@ def _closed_counts(run: dict[str, Any]) -> CountsResult:
 # ----------------------------------------------------------------------------------- the steps
 
 
-def start_run(ctx: RunContext, store: StateStore) -> None:
+def start_run(ctx: RunContext, store: StateStore, dag_run_state: DagRunState | None = None) -> None:
     """Open the run in the run log (a retried discover reopens it; a finished run stays closed).
 
     First, earlier runs of the same source that died without closing (SIGKILLed) are marked
-    failed and their staging removed (``plugins.engine.reaper``).
+    failed and their staging removed (``plugins.engine.reaper``); ``dag_run_state`` (from the
+    Airflow layer) judges Airflow runs, which are left alone without one.
     """
     if closed_run(ctx, store) is not None:
         return
@@ -275,7 +276,7 @@ def start_run(ctx: RunContext, store: StateStore) -> None:
         store,
         source=sid,
         exclude=(sid, ctx.run_id),
-        dag_run_state=sdk_dag_run_state(),
+        dag_run_state=dag_run_state,
         keep_raw=lambda _: keep_raw,
     )
     store.start_run(
@@ -296,8 +297,12 @@ class DiscoverStep(Step[PlanResult]):
 
     stage = "discover"
 
+    def __init__(self, ctx: RunContext, dag_run_state: DagRunState | None = None) -> None:
+        super().__init__(ctx)
+        self.dag_run_state = dag_run_state  # the reaper's view of Airflow DAG runs (start_run)
+
     def _execute(self, store: StateStore) -> PlanResult:
-        start_run(self.ctx, store)
+        start_run(self.ctx, store, self.dag_run_state)
         planned = discover_stage(self.ctx, store)
         return PlanResult(plan=str(planned["plan"]), batches=[str(b) for b in planned["batches"]])
 

@@ -38,6 +38,7 @@ from plugins.engine.steps import (
     PlanResult,
     UpsertStep,
 )
+from plugins.tributary_airflow.callbacks import sdk_dag_run_state
 from plugins.tributary_airflow.operators.base import StepOperator, run_context
 
 __all__ = [
@@ -60,7 +61,7 @@ class DiscoverOperator(StepOperator):
     """
 
     def make_step(self, ctx: RunContext) -> DiscoverStep:
-        return DiscoverStep(ctx)
+        return DiscoverStep(ctx, dag_run_state=sdk_dag_run_state())
 
     def xcom_value(self, result: PlanResult, context: Context) -> list[str]:
         context["ti"].xcom_push(key="plan", value=result.plan)
