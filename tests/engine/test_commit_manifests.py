@@ -17,7 +17,7 @@ from include.index import open_index
 from include.stores import open_state_store
 from plugins.engine import RunContext, commit_stage, discover_stage, finish_stage, run_pipeline, start_run
 from plugins.engine.commit import MissingManifestsError
-from tests.spine.test_idempotence import _process_batches, _snapshot, _source
+from tests.engine.test_idempotence import _process_batches, _snapshot, _source
 
 
 @pytest.fixture
