@@ -29,8 +29,8 @@ $(STAMP): requirements.txt constraints.txt
 run: venv
 	$(PY) -m plugins.tributary_airflow.demo.run
 
-## make test: install what is missing (venv, Debian packages, services) and run the whole suite
-test: venv system services
+## make test: install what is missing (venv, Debian packages, services), lint, run the whole suite
+test: venv system services lint
 	$(PY) -m pytest
 
 system:
