@@ -24,7 +24,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from include.config import IndexConfig, load_sources_report
 from include.index import IndexBackend, open_index
@@ -36,6 +36,8 @@ from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_
 from plugins.engine.reaper import DagRunState, reap_stale_runs
 
 __all__ = ["DagRunStateFactory", "main"]
+
+T = TypeVar("T")
 
 # Builds the reaper's view of Airflow DAG runs (None: not available here). The engine has none of
 # its own: ``plugins.tributary_airflow.cli`` passes the metadata-DB one.
@@ -98,8 +100,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0 if hits else 1
 
 
-def _store() -> StateStore:
-    return open_state_store()
+def _query(read: Callable[[StateStore], T]) -> T:
+    """``read`` against the run log, opened for this one query."""
+    store = open_state_store()
+    try:
+        return read(store)
+    finally:
+        store.close()
+
+
+def _missing(what: str) -> int:
+    print(f"no {what}", file=sys.stderr)
+    return 1
 
 
 def _counts_text(counts: dict[str, Any]) -> str:
@@ -107,11 +119,7 @@ def _counts_text(counts: dict[str, Any]) -> str:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    store = _store()
-    try:
-        runs = list_runs(store, args.source, limit=args.limit)
-    finally:
-        store.close()
+    runs = _query(lambda store: list_runs(store, args.source, limit=args.limit))
     lines = [f"{r['run_id']:45} {r['source']:20} {r['status']:8} {_counts_text(r['counts'])}" for r in runs]
     _emit(runs, args.json, "\n".join(lines) or "no runs")
     return 0
@@ -124,28 +132,21 @@ def cmd_reap(args: argparse.Namespace) -> int:
             "Airflow runs are left alone: python -m plugins.tributary_airflow.cli reap judges them by their DAG run",
             file=sys.stderr,
         )
-    store = _store()
-    try:
-        # the oracle's set-up may log to stdout (Airflow's logging does): keep stdout for the result
-        with contextlib.redirect_stdout(sys.stderr):
-            oracle = factory() if factory is not None else None
-            reaped = [r.to_dict() for r in reap_stale_runs(store, source=args.source, dag_run_state=oracle)]
-    finally:
-        store.close()
+    # the oracle's set-up may log to stdout (Airflow's logging does): keep stdout for the result
+    with contextlib.redirect_stdout(sys.stderr):
+        oracle = factory() if factory is not None else None
+        reaped = [
+            r.to_dict() for r in _query(lambda store: reap_stale_runs(store, source=args.source, dag_run_state=oracle))
+        ]
     text = "\n".join(f"{r['source']} {r['run_id']}: {r['reason']}" for r in reaped)
     _emit(reaped, args.json, text or "nothing to reap")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    store = _store()
-    try:
-        report = run_report(store, args.run_id, args.action, args.source)
-    finally:
-        store.close()
+    report = _query(lambda store: run_report(store, args.run_id, args.action, args.source))
     if report is None:
-        print(f"no run {args.run_id}", file=sys.stderr)
-        return 1
+        return _missing(f"run {args.run_id}")
     run = report["run"]
     text = [
         f"run {run['run_id']} of {run['source']}: {run['status']} "
@@ -165,14 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_item(args: argparse.Namespace) -> int:
-    store = _store()
-    try:
-        found = item_history(store, args.source, args.key)
-    finally:
-        store.close()
+    found = _query(lambda store: item_history(store, args.source, args.key))
     if found is None:
-        print(f"no item {args.key!r} in {args.source}", file=sys.stderr)
-        return 1
+        return _missing(f"item {args.key!r} in {args.source}")
     text = [f"{args.source} {args.key}"]
     state = found["state"]
     if state:
@@ -190,14 +186,9 @@ def cmd_item(args: argparse.Namespace) -> int:
 
 
 def cmd_chunk(args: argparse.Namespace) -> int:
-    store = _store()
-    try:
-        found = chunk_lineage(store, args.chunk_id, args.source)
-    finally:
-        store.close()
+    found = _query(lambda store: chunk_lineage(store, args.chunk_id, args.source))
     if found is None:
-        print(f"no chunk {args.chunk_id}", file=sys.stderr)
-        return 1
+        return _missing(f"chunk {args.chunk_id}")
     stages = found["stages"] or {}
     text = (
         f"{found['chunk_id']} of {found['source']} {found['item_key']}\n"
@@ -212,14 +203,9 @@ def cmd_chunk(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    store = _store()
-    try:
-        diff = diff_runs(store, args.run_a, args.run_b, args.source)
-    finally:
-        store.close()
+    diff = _query(lambda store: diff_runs(store, args.run_a, args.run_b, args.source))
     if diff is None:
-        print(f"no run {args.run_a} or {args.run_b}", file=sys.stderr)
-        return 1
+        return _missing(f"run {args.run_a} or {args.run_b}")
     text = [f"{args.run_a} -> {args.run_b}", "counts: " + json.dumps(diff["counts_delta"])]
     text += [f"  - {i['item_key']} ({i['action']}) only in {args.run_a}" for i in diff["only_in_a"]]
     text += [f"  + {i['item_key']} ({i['action']}) only in {args.run_b}" for i in diff["only_in_b"]]
