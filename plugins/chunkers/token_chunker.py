@@ -190,22 +190,93 @@ def _outline(blocks: list[Block]) -> tuple[list[str], list[Sequence[Position]], 
 
 def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> list[Chunk]:
     """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
-    blocks = doc.blocks
-    texts, positions, kinds, has_positions = _outline(blocks)
-    TABLE, HEADING = BlockKind.TABLE, BlockKind.HEADING
-    # With heading blocks, a block's path depends on the headings before it: all paths up front.
-    paths: Sequence[tuple[str, ...]] = (
-        _heading_paths(blocks, any(map(_HEADING_PATH, blocks))) if HEADING in kinds else _ParserPaths(blocks)
-    )
-    sink = ChunkSink(doc_id)
-    run: list[int] = []
-    run_breaks: list[int] = []  # where in ``run`` a new top-level section starts
+    return _DocumentChunker(doc, doc_id, opts).chunks()
 
-    def flush_run(members: Sequence[int], breaks: Sequence[int] = ()) -> None:
+
+class _DocumentChunker:
+    """One document's walk: runs of prose blocks go to :func:`pack_run`, tables to
+    :func:`chunk_table`, each flushed when the other kind of block interrupts it."""
+
+    def __init__(self, doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> None:
+        self.blocks = blocks = doc.blocks
+        self.opts = opts
+        self.texts, self.positions, self.kinds, self.has_positions = _outline(blocks)
+        # With heading blocks, a block's path depends on the headings before it: all paths up front.
+        self.paths: Sequence[tuple[str, ...]] = (
+            _heading_paths(blocks, any(map(_HEADING_PATH, blocks)))
+            if BlockKind.HEADING in self.kinds
+            else _ParserPaths(blocks)
+        )
+        self.sink = ChunkSink(doc_id)
+        self.table: TableRows | None = None
+
+    def chunks(self) -> list[Chunk]:
+        split_sections = self.opts.headings and not self.opts.cross_sections
+        if BlockKind.TABLE not in self.kinds and not (split_sections and BlockKind.HEADING in self.kinds):
+            self._prose_only()
+        else:
+            self._walk(split_sections)
+        return self.sink.chunks
+
+    def _prose_only(self) -> None:
+        """One run of all the blocks that say something (what :meth:`_walk` does for such a
+        document, in C loops; isspace() stops at the first visible character): header echoes
+        only precede tables."""
+        texts = self.texts
+        if not all(texts) or any(map(str.isspace, texts)):
+            self._flush_run([i for i, t in enumerate(texts) if t and not t.isspace()])
+        else:
+            self._flush_run(range(len(self.blocks)))
+
+    def _walk(self, split_sections: bool) -> None:
+        blocks, paths = self.blocks, self.paths
+        run: list[int] = []
+        run_breaks: list[int] = []  # where in ``run`` a new top-level section starts
+        for i, block in enumerate(blocks):
+            kind = block.kind
+            if kind == BlockKind.TABLE:
+                self._flush_run(run, run_breaks)
+                run, run_breaks = [], []
+                self._add_table(block, list(paths[i]))
+                continue
+            if self.table is not None:
+                self._flush_table()
+            text = block.text
+            if not text or text.isspace():
+                continue  # nothing to say (and an empty unit would be a cut point going nowhere)
+            if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
+                continue
+            if split_sections and kind == BlockKind.HEADING and not paths[i] and run:
+                run_breaks.append(len(run))  # a top-level heading opens a new section
+            run.append(i)
+        self._flush_run(run, run_breaks)
+        self._flush_table()
+
+    def _add_table(self, block: Block, heading_path: list[str]) -> None:
+        """A table block continues the open table when it repeats its header under the same
+        headings (a parser's page- or sheet-split table); otherwise it starts a new one."""
+        table = self.table
+        if table is not None and block.header and table.header == block.header and table.heading_path == heading_path:
+            table.extend(block)
+            return
+        self._flush_table()
+        self.table = TableRows.from_block(block, heading_path)
+
+    def _flush_table(self) -> None:
+        table, self.table = self.table, None
+        if table is None:
+            return
+        path_prefix = ""
+        if self.opts.headings and table.heading_path:
+            path_prefix = _Headings([], [], self.opts).render(tuple(table.heading_path))[0]
+        chunk_table(table, self.opts, self.sink, path_prefix)
+
+    def _flush_run(self, members: Sequence[int], breaks: Sequence[int] = ()) -> None:
         """Chunk the run of prose blocks ``members`` (block indexes, in order); ``breaks``: the
         positions in ``members`` where a new top-level section starts."""
         if not members:
             return
+        blocks, paths, opts = self.blocks, self.paths, self.opts
         whole = len(members) == len(blocks)
         run_blocks = blocks if whole else list(map(blocks.__getitem__, members))
         run_paths: Sequence[tuple[str, ...]]
@@ -217,72 +288,18 @@ def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> 
             run_paths = list(map(paths.__getitem__, members))
         prefix_at = _Headings(run_blocks, run_paths, opts) if opts.headings else _plain_prefix(run_blocks, run_paths)
         run_positions: Any = ()
-        if has_positions:
-            run_positions = positions if whole else list(map(positions.__getitem__, members))
+        if self.has_positions:
+            run_positions = self.positions if whole else list(map(self.positions.__getitem__, members))
         pack_run(
-            texts if whole else list(map(texts.__getitem__, members)),
+            self.texts if whole else list(map(self.texts.__getitem__, members)),
             run_positions,
             prefix_at,
-            sink,
+            self.sink,
             limit=opts.chunk_token_num,
             overlap=opts.overlap_tokens,
             delimiters=opts.delimiters,
             breaks=breaks,
         )
-
-    table: TableRows | None = None
-
-    def flush_table() -> None:
-        nonlocal table
-        if table is not None:
-            path_prefix = ""
-            if opts.headings and table.heading_path:
-                path_prefix = _Headings([], [], opts).render(tuple(table.heading_path))[0]
-            chunk_table(table, opts, sink, path_prefix)
-            table = None
-
-    split_sections = opts.headings and not opts.cross_sections
-    if TABLE not in kinds and not (split_sections and HEADING in kinds):
-        # One run of all the blocks that say something (what the loop below does for such a
-        # document, in C loops; isspace() stops at the first visible character): header echoes
-        # only precede tables.
-        if not all(texts) or any(map(str.isspace, texts)):
-            flush_run([i for i, t in enumerate(texts) if t and not t.isspace()])
-        else:
-            flush_run(range(len(blocks)))
-        blocks_iter: Any = ()
-    else:
-        blocks_iter = enumerate(blocks)
-    for i, block in blocks_iter:
-        kind = block.kind
-        if kind == TABLE:
-            flush_run(run, run_breaks)
-            run, run_breaks = [], []
-            same = (
-                table is not None
-                and block.header
-                and table.header == block.header
-                and table.heading_path == list(paths[i])
-            )
-            if same and table is not None:
-                table.extend(block)
-            else:
-                flush_table()
-                table = TableRows.from_block(block, list(paths[i]))
-            continue
-        if table is not None:
-            flush_table()
-        text = block.text
-        if not text or text.isspace():
-            continue  # nothing to say (and an empty unit would be a cut point going nowhere)
-        if block.metadata and _is_header_echo(block, blocks[i + 1] if i + 1 < len(blocks) else None):
-            continue
-        if split_sections and kind == HEADING and not paths[i] and run:
-            run_breaks.append(len(run))  # a top-level heading opens a new section
-        run.append(i)
-    flush_run(run, run_breaks)
-    flush_table()
-    return sink.chunks
 
 
 @register_chunker("token", VERSION)
