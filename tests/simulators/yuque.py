@@ -1,4 +1,4 @@
-"""A local Yuque OpenAPI v2 server for tests, following /work/shared/reference/yuque-api.md.
+"""A local Yuque OpenAPI v2 server for tests, following ../shared/reference/yuque-api.md (beside the repository).
 
 What it does like Yuque: ``X-Auth-Token`` auth (401 ``{"status","message"}``), a required
 non-empty User-Agent (403, switchable), the ``{"data"}`` / ``{"meta":{"total"},"data"}`` envelopes,
