@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from include.contract import Chunk, chunk_id, content_hash, document_id
+from include.contract import Chunk, chunk_id, document_id, text_hash
 from include.index.base import DocumentRecord, DocumentWrite, IndexBackend
 
 BATCH_DOCS = 50
@@ -89,7 +89,7 @@ def _corpus(n_docs: int, seed: int = 7) -> list[DocumentWrite]:
                     sequence=s,
                     text=text,
                     token_count=len(text.split()),
-                    content_hash=content_hash(text),
+                    text_hash=text_hash(text),
                     heading_path=[f"Section {s // 3}"],
                     metadata={"chunker": "token", "chunker_version": "1", "chunker_options_hash": "bench"},
                 )
@@ -117,7 +117,7 @@ def _edited(writes: Sequence[DocumentWrite]) -> list[DocumentWrite]:
             continue
         first = w.chunks[0]
         text = first.text + " edited"
-        changed = Chunk(**{**first.to_dict(), "positions": [], "text": text, "content_hash": content_hash(text)})
+        changed = Chunk(**{**first.to_dict(), "positions": [], "text": text, "text_hash": text_hash(text)})
         out.append(DocumentWrite(w.document, [changed, *w.chunks[1:-1]], stale_chunk_ids=[w.chunks[-1].chunk_id]))
     return out
 

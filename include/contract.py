@@ -49,17 +49,26 @@ def _sha256(data: bytes) -> str:
 
 
 def content_hash(text: str) -> str:
-    """Hash of extracted text; whitespace runs are folded so cosmetic reflows do not count."""
+    """A document's content hash: its extracted text with whitespace runs folded (SHA-256, 32 hex).
+
+    The name means this one thing everywhere: ``ParsedDocument.content_hash()``, the state
+    store's ``content_hash``, ``VersionEvidence.content_hash`` (the version evidence of a source
+    that gives no ETag), ``DocumentRecord.content_hash`` and the index's ``doc_content_hash``.
+    Cosmetic reflows do not count, so a re-saved but unchanged document is skipped. A chunk's
+    hash is :func:`text_hash` instead (``Chunk.text_hash``), where every character counts.
+    """
     return _sha256(" ".join(text.split()).encode("utf-8"))[:32]
 
 
 def text_hash(text: str) -> str:
-    """Hash of the exact text (a chunk's ``content_hash``): what the index stores must match it.
+    """A chunk's text hash (``Chunk.text_hash``, the index's ``text_hash``): of the exact text.
 
-    Unlike :func:`content_hash`, whitespace counts: a chunk whose text changed only in
-    whitespace is a different chunk to the index. XXH3-128 rather than SHA-256: it only tells
-    an upsert whether a chunk's text changed (128 bits make an accidental match negligible) and
-    is computed for every chunk, where SHA-256 cost ~2% of the chunker's time.
+    The upsert compares it with the stored one to decide whether a chunk must be rewritten.
+    Unlike a document's :func:`content_hash` (whitespace folded), whitespace counts: a chunk
+    whose text changed only in whitespace is a different chunk to the index. XXH3-128 rather
+    than SHA-256: it only tells an upsert whether a chunk's text changed (128 bits make an
+    accidental match negligible) and is computed for every chunk, where SHA-256 cost ~2% of
+    the chunker's time.
     """
     return utf8_hash(text.encode("utf-8"))
 
@@ -386,6 +395,10 @@ class ParseError(Exception):
 
 # --------------------------------------------------------------------------- chunks
 
+# What ``Chunk.text_hash`` was called in staged chunk files before it was renamed (the name now
+# means a document's hash only); a run resumed across the upgrade still reads its staged chunks.
+_LEGACY_TEXT_HASH_KEY = "content_hash"
+
 
 @dataclass(slots=True)
 class Chunk:
@@ -396,7 +409,7 @@ class Chunk:
     sequence: int
     text: str
     token_count: int
-    content_hash: str  # text_hash(text): exact, so the upsert rewrites any changed text
+    text_hash: str  # text_hash(text): exact, so the upsert rewrites any changed text
     heading_path: list[str] = field(default_factory=list)
     positions: list[Position] = field(default_factory=list)
     kind: str = "text"  # "text" or "table"
@@ -409,7 +422,7 @@ class Chunk:
             "sequence": self.sequence,
             "text": self.text,
             "token_count": self.token_count,
-            "content_hash": self.content_hash,
+            "text_hash": self.text_hash,
             "heading_path": self.heading_path,
             "positions": [p.to_dict() for p in self.positions],
             "kind": self.kind,
@@ -424,7 +437,8 @@ class Chunk:
             sequence=data["sequence"],
             text=data["text"],
             token_count=data["token_count"],
-            content_hash=data["content_hash"],
+            # chunks a run staged before the rename (chunks/<doc>.json) carry the old key
+            text_hash=data["text_hash"] if "text_hash" in data else data[_LEGACY_TEXT_HASH_KEY],
             heading_path=list(data.get("heading_path") or []),
             positions=[Position.from_dict(p) for p in data.get("positions") or []],
             kind=data.get("kind", "text"),

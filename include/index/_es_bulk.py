@@ -24,6 +24,7 @@ from elasticsearch import Elasticsearch
 from elasticsearch.helpers import streaming_bulk
 
 from include.contract import Chunk
+from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD
 from include.index.base import DocumentRecord, DocumentWrite
 
 __all__ = [
@@ -103,7 +104,7 @@ def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) ->
         "sequence": chunk.sequence,
         "kind": chunk.kind,
         "token_count": chunk.token_count,
-        "content_hash": chunk.content_hash,
+        "text_hash": chunk.text_hash,
         "heading_path": list(chunk.heading_path),
         "positions": [p.to_dict() for p in chunk.positions],
         "metadata": _flattenable(meta),
@@ -131,7 +132,9 @@ def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) ->
 # chunk repeats that the SQLite backend compares too. A Yuque slug rename or a TOC move changes
 # the URL (a title edit the title) without changing one chunk's text; skipping on the hash alone
 # would leave the old place in the index.
-STAMP_FIELDS = ("content_hash", "url", "title")
+# A chunk an older release stored has no ``text_hash`` (see ``_es_mapping.LEGACY_TEXT_HASH_FIELD``):
+# its stamp never matches, so it is rewritten once, under the new name.
+STAMP_FIELDS = ("text_hash", "url", "title")
 
 
 def stored_stamp(src: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -141,7 +144,7 @@ def stored_stamp(src: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def chunk_stamp(chunk: Chunk, doc: DocumentRecord) -> tuple[Any, ...]:
     """The stamp ``build_chunk_source`` would store for ``chunk`` (absent fields read as None)."""
-    return (chunk.content_hash, doc.url, doc.title)
+    return (chunk.text_hash, doc.url, doc.title)
 
 
 def _flattenable(value: Any) -> Any:
@@ -155,6 +158,8 @@ def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
     out["chunk_id"] = chunk_id
     out["text"] = src.get("content_with_weight", "")
     out["seq"] = src.get("sequence")
+    legacy = out.pop(LEGACY_TEXT_HASH_FIELD, None)  # a chunk stored before the rename, not rewritten yet
+    out.setdefault("text_hash", legacy)
     for key in ("title", "url", "media_type", "doc_version", "doc_content_hash", "run_id"):
         out.setdefault(key, None)
     out.setdefault("heading_path", [])

@@ -11,7 +11,7 @@ Pure functions only (no client). The mapping carries two vocabularies side by si
   fine (``_sm_``) ones with the built-in ``cjk`` analyzer (overlapping CJK bigrams), so Chinese
   is searchable without an analysis plugin.
 * Tributary's lineage fields: source, document id/version/hash, item key, chunk sequence,
-  heading path, content hash, run id, chunker name/version/options hash, timestamps.
+  heading path, the chunk's text hash, run id, chunker name/version/options hash, timestamps.
 
 ``content_with_weight`` is kept in ``_source`` but not indexed itself; it is copied into
 ``content_ltks`` and ``content_sm_ltks`` (``copy_to``) so the text is stored once and searched
@@ -24,7 +24,9 @@ import re
 from typing import Any
 
 __all__ = [
+    "LEGACY_TEXT_HASH_FIELD",
     "MAPPED_FIELDS",
+    "RENAME_LEGACY_FIELDS",
     "SEARCH_FIELDS",
     "index_mappings",
     "index_settings",
@@ -67,7 +69,7 @@ _PROPERTIES: dict[str, dict[str, Any]] = {
     "sequence": {"type": "integer"},
     "kind": _KEYWORD,
     "token_count": {"type": "integer"},
-    "content_hash": _KEYWORD,
+    "text_hash": _KEYWORD,  # the chunk's (Chunk.text_hash); the document's is doc_content_hash
     "doc_content_hash": _KEYWORD,
     "doc_version": _KEYWORD,
     "run_id": _KEYWORD,
@@ -88,6 +90,25 @@ _PROPERTIES: dict[str, dict[str, Any]] = {
 }
 
 MAPPED_FIELDS = frozenset(_PROPERTIES)
+
+# What the chunk's ``text_hash`` field was called in indexes written before the rename (the name
+# now means a document's hash only, stored as ``doc_content_hash``). What an old index does:
+# ``ensure_index``'s put_mapping adds ``text_hash`` beside the old field (a mapping field cannot
+# be removed); a chunk stored without ``text_hash`` has no stamp to match, so the next upsert of
+# its document rewrites it whole (its new _source has ``text_hash`` and no old field); readers
+# (search hits, ``get_chunk``) take the old field for chunks not rewritten yet; and a rebuild's
+# carry-over copies old chunks through ``RENAME_LEGACY_FIELDS``, since a new generation's strict
+# mapping no longer has the old field.
+LEGACY_TEXT_HASH_FIELD = "content_hash"
+
+# Painless script for ``_reindex`` from a generation that may hold chunks with the old field name.
+RENAME_LEGACY_FIELDS = {
+    "lang": "painless",
+    "source": (
+        f"if (ctx._source.containsKey('{LEGACY_TEXT_HASH_FIELD}'))"
+        f" {{ ctx._source.text_hash = ctx._source.remove('{LEGACY_TEXT_HASH_FIELD}') }}"
+    ),
+}
 
 _ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,150}$")
 

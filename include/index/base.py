@@ -31,7 +31,7 @@ class DocumentRecord:
     url: str | None = None
     media_type: str | None = None
     doc_version: str | None = None  # e.g. the ETag / modified time / revision it came from
-    content_hash: str | None = None
+    content_hash: str | None = None  # the document's (contract.content_hash); stored as doc_content_hash
     run_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -65,7 +65,7 @@ class SearchHit:
     heading_path: list[str] = field(default_factory=list)
     run_id: str | None = None
     doc_version: str | None = None
-    content_hash: str | None = None
+    text_hash: str | None = None  # the chunk's (Chunk.text_hash), not its document's content_hash
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

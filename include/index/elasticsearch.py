@@ -45,6 +45,8 @@ from include.index._es_bulk import (
 )
 from include.index._es_client import bulk_client, client_from_options, request_retrying
 from include.index._es_mapping import (
+    LEGACY_TEXT_HASH_FIELD,
+    RENAME_LEGACY_FIELDS,
     SEARCH_FIELDS,
     index_mappings,
     index_template,
@@ -367,7 +369,8 @@ class ElasticsearchIndex(IndexBackend):
                     heading_path=list(src.get("heading_path") or []),
                     run_id=src.get("run_id"),
                     doc_version=src.get("doc_version"),
-                    content_hash=src.get("content_hash"),
+                    # a chunk stored before the rename and not rewritten since has the old field
+                    text_hash=src.get("text_hash", src.get(LEGACY_TEXT_HASH_FIELD)),
                     metadata=dict(src.get("metadata") or {}),
                 )
             )
@@ -450,6 +453,7 @@ class ElasticsearchIndex(IndexBackend):
             self._call(
                 self._es.reindex,
                 source={"index": o, "query": query},
+                script=RENAME_LEGACY_FIELDS,  # the new generation's strict mapping lacks the old name
                 # first pass: the new generation holds only the rebuilt source, so "create"
                 # never clobbers; second pass: the old generation holds the newer version
                 dest={"index": new, "op_type": "create" if since is None else "index"},

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     kind TEXT NOT NULL,
     text TEXT NOT NULL,
     token_count INTEGER NOT NULL,
-    content_hash TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
     heading_path TEXT NOT NULL,
     positions TEXT NOT NULL,
     metadata TEXT NOT NULL,
@@ -59,6 +59,9 @@ CREATE INDEX IF NOT EXISTS chunks_doc ON chunks (index_name, doc_id);
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks (index_name, source);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(body, title, tokenize = 'unicode61 remove_diacritics 2');
 """
+
+# What ``chunks.text_hash`` was called in index files made before the rename (``SqliteFtsIndex._migrate``).
+_LEGACY_TEXT_HASH_COLUMN = "content_hash"
 
 
 def segment_cjk(text: str) -> str:
@@ -90,6 +93,31 @@ class SqliteFtsIndex(IndexBackend):
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=60000")
         self._db.executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring an index file made by an older release up to ``_SCHEMA``.
+
+        The chunk's text hash column was ``content_hash``, the name that now means a document's
+        hash only (``doc_content_hash``). RENAME COLUMN rewrites the table's definition in place:
+        rows, indexes and rowids stay, and ``chunks_fts`` (a separate FTS5 table joined on rowid,
+        no triggers) does not name the column. Inside BEGIN IMMEDIATE, so two processes opening
+        the same old file rename it once.
+        """
+        if _LEGACY_TEXT_HASH_COLUMN not in self._chunk_columns():  # the usual open: no write lock taken
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = self._chunk_columns()  # again under the lock: another process may have renamed it
+            if _LEGACY_TEXT_HASH_COLUMN in columns and "text_hash" not in columns:
+                self._db.execute(f"ALTER TABLE chunks RENAME COLUMN {_LEGACY_TEXT_HASH_COLUMN} TO text_hash")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _chunk_columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
 
     @classmethod
     def from_config(cls, config: IndexConfig) -> Self:
@@ -124,7 +152,7 @@ class SqliteFtsIndex(IndexBackend):
         existing = {
             row[0]: (row[1], row[2], row[3:])
             for row in cur.execute(
-                "SELECT chunk_id, rowid, content_hash, url, title FROM chunks WHERE index_name = ? AND doc_id = ?",
+                "SELECT chunk_id, rowid, text_hash, url, title FROM chunks WHERE index_name = ? AND doc_id = ?",
                 (self.index_name, doc.doc_id),
             )
         }
@@ -134,14 +162,14 @@ class SqliteFtsIndex(IndexBackend):
         for chunk in write.chunks:
             prior = existing.get(chunk.chunk_id)
             # same text and same place: nothing to write (a moved URL or a new title is rewritten)
-            if prior is not None and prior[1] == chunk.content_hash and prior[2] == (doc.url, doc.title):
+            if prior is not None and prior[1] == chunk.text_hash and prior[2] == (doc.url, doc.title):
                 unchanged += 1
                 continue
             row = self._row(chunk, doc, now)
             if prior is None:
                 cur.execute(
                     "INSERT INTO chunks (chunk_id, index_name, source, doc_id, item_key, seq, kind, text,"
-                    " token_count, content_hash, heading_path, positions, metadata, title, url, media_type,"
+                    " token_count, text_hash, heading_path, positions, metadata, title, url, media_type,"
                     " doc_version, doc_content_hash, run_id, updated_at)"
                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     row,
@@ -151,7 +179,7 @@ class SqliteFtsIndex(IndexBackend):
                 rowid = prior[0]
                 cur.execute(
                     "UPDATE chunks SET chunk_id=?, index_name=?, source=?, doc_id=?, item_key=?, seq=?, kind=?,"
-                    " text=?, token_count=?, content_hash=?, heading_path=?, positions=?, metadata=?, title=?,"
+                    " text=?, token_count=?, text_hash=?, heading_path=?, positions=?, metadata=?, title=?,"
                     " url=?, media_type=?, doc_version=?, doc_content_hash=?, run_id=?, updated_at=?"
                     " WHERE rowid=?",
                     (*row, rowid),
@@ -179,7 +207,7 @@ class SqliteFtsIndex(IndexBackend):
             chunk.kind,
             chunk.text,
             chunk.token_count,
-            chunk.content_hash,
+            chunk.text_hash,
             json.dumps(chunk.heading_path, ensure_ascii=False),
             json.dumps([p.to_dict() for p in chunk.positions]),
             json.dumps({**doc.metadata, **chunk.metadata}, ensure_ascii=False, default=str),
@@ -262,7 +290,7 @@ class SqliteFtsIndex(IndexBackend):
                     heading_path=json.loads(row["heading_path"]),
                     run_id=row["run_id"],
                     doc_version=row["doc_version"],
-                    content_hash=row["content_hash"],
+                    text_hash=row["text_hash"],
                     metadata=json.loads(row["metadata"]),
                 )
             )

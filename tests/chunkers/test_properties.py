@@ -59,7 +59,7 @@ def _check_common(doc: ParsedDocument, chunks, limit: int) -> None:
         assert c.token_count == count_tokens(c.text), c.text
         assert c.token_count <= limit
         assert c.sequence == seq and c.chunk_id == chunk_id("doc", seq) and c.doc_id == "doc"
-        assert c.content_hash == text_hash(c.text)
+        assert c.text_hash == text_hash(c.text)
         # Tables never share a chunk with prose: a chunk's positions are all of one kind.
         kinds = {doc.blocks[p.line - 1].kind == BlockKind.TABLE for p in c.positions}
         assert kinds == {c.kind == "table"}, (c.kind, c.positions)

@@ -227,7 +227,7 @@ def _reference_chunks(demo_site: str, tmp_path: Path, monkeypatch: pytest.Monkey
     assert summary.status == "success", summary
     index = SqliteFtsIndex(tmp_path / "ref" / "index.db", index_name="tributary")
     try:
-        return {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
+        return {cid: index.get_chunk(cid)["text_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
     finally:
         index.close()
 
@@ -267,7 +267,7 @@ def test_demo_sync_runs_on_both_celery_workers(
 
     index = SqliteFtsIndex(cluster.env["TRIBUTARY_INDEX_PATH"], index_name="tributary")
     try:
-        got = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
+        got = {cid: index.get_chunk(cid)["text_hash"] for cid in index.chunk_ids()}  # type: ignore[index]
     finally:
         index.close()
     assert got == expected

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from include.contract import Chunk, Position, chunk_id, content_hash, document_id
+from include.contract import Chunk, Position, chunk_id, content_hash, document_id, text_hash
 from include.index.base import DocumentRecord, DocumentWrite
 
 __all__ = ["make_write"]
@@ -29,7 +29,7 @@ def make_write(
             sequence=i,
             text=text,
             token_count=len(text.split()),
-            content_hash=content_hash(text),
+            text_hash=text_hash(text),
             heading_path=list(heading or []),
             positions=[Position(page=i + 1, bbox=(10.0, 20.5 + i, 200.0, 40.0 + i))] if positions else [],
             kind="text",

@@ -42,7 +42,7 @@ def test_upsert_new_document_stores_every_chunk_with_lineage(backend: IndexBacke
     assert got["doc_id"] == w.document.doc_id
     assert got["source"] == SRC
     assert got["item_key"] == "docs/intro.html"
-    assert got["content_hash"] == w.chunks[1].content_hash
+    assert got["text_hash"] == w.chunks[1].text_hash
     assert got["heading_path"] == ["Guide", "Intro"]
     assert (got["title"], got["url"], got["run_id"], got["doc_version"]) == (
         "Intro",
@@ -144,7 +144,7 @@ def test_search_ranks_matches_filters_by_source_and_returns_lineage(backend: Ind
     [hit] = backend.search("incremental sync", source=SRC)
     assert (hit.chunk_id, hit.doc_id, hit.source, hit.text) == (a.chunks[0].chunk_id, a.document.doc_id, SRC, EN[0])
     assert (hit.title, hit.heading_path, hit.run_id, hit.doc_version) == ("Sync guide", ["Guide"], "run-1", "v1")
-    assert hit.content_hash == a.chunks[0].content_hash
+    assert hit.text_hash == a.chunks[0].text_hash
     assert hit.url == "http://127.0.0.1/a.html"
 
     # Chinese: adjacent characters of the query find the chunk holding them

@@ -218,3 +218,46 @@ def test_bad_options_are_refused_before_any_request() -> None:
         ElasticsearchIndex(Elasticsearch("http://127.0.0.1:1"), "tributary", refresh="sometimes")
     with pytest.raises(ValueError, match="index name"):
         ElasticsearchIndex(Elasticsearch("http://127.0.0.1:1"), "Bad Name")
+
+
+def test_an_index_from_before_the_text_hash_rename_keeps_working(es_url: str) -> None:
+    """Chunks stored with the text hash under its old name (``content_hash``), in an index whose
+    mapping has that field: readers see it as ``text_hash``, the next write of the document
+    rewrites the chunk under the new name, and a rebuild carries the other sources' old chunks
+    over renamed (the new generation's strict mapping has no old field)."""
+    from elasticsearch import Elasticsearch
+
+    from include.index._es_bulk import build_chunk_source
+    from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD, index_mappings
+    from include.index.elasticsearch import ElasticsearchIndex
+
+    alias = f"tributary-test-{uuid.uuid4().hex[:10]}"
+    admin = Elasticsearch(es_url)
+    old_mappings = index_mappings()
+    old_mappings["properties"][LEGACY_TEXT_HASH_FIELD] = old_mappings["properties"].pop("text_hash")
+    admin.indices.create(index=f"{alias}__v0", mappings=old_mappings, aliases={alias: {"is_write_index": True}})
+    mine, theirs = make_write(SRC, "a.html", ["old river"]), make_write("feishu:wiki", "n1", ["old lake"])
+    for w in (mine, theirs):
+        src = build_chunk_source(w.chunks[0], w.document, updated_at="2026-01-01T00:00:00+00:00")
+        src[LEGACY_TEXT_HASH_FIELD] = src.pop("text_hash")
+        admin.index(index=alias, id=w.chunks[0].chunk_id, document=src, refresh=True)
+    idx = ElasticsearchIndex(Elasticsearch(es_url), alias, refresh="true", initial_backoff=0.1)
+    try:
+        [hit] = idx.search("river")
+        assert hit.text_hash == mine.chunks[0].text_hash
+        assert idx.get_chunk(theirs.chunks[0].chunk_id)["text_hash"] == theirs.chunks[0].text_hash
+        [res] = idx.upsert([mine])
+        assert (res.written, res.unchanged) == (1, 0)  # no stored text_hash: rewritten once
+        raw = admin.get(index=alias, id=mine.chunks[0].chunk_id).body["_source"]
+        assert raw["text_hash"] == mine.chunks[0].text_hash and LEGACY_TEXT_HASH_FIELD not in raw
+        assert idx.upsert([mine])[0].unchanged == 1
+        idx.begin_rebuild(source=SRC)
+        idx.upsert([mine])
+        idx.finish_rebuild(True)
+        carried = admin.get(index=alias, id=theirs.chunks[0].chunk_id).body["_source"]
+        assert carried["text_hash"] == theirs.chunks[0].text_hash and LEGACY_TEXT_HASH_FIELD not in carried
+    finally:
+        idx.close()
+        admin.options(ignore_status=404).indices.delete(index=physical_index_pattern(alias))
+        admin.options(ignore_status=404).indices.delete_index_template(name=template_name(alias))
+        admin.close()

@@ -30,6 +30,7 @@ from include.index._es_bulk import (
     stored_stamp,
 )
 from include.index._es_client import _retryable, bulk_client
+from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD, MAPPED_FIELDS
 from tests.index.bulk_server import BulkCluster, bulk_cluster
 from tests.index.helpers import make_write
 from tests.support.server import free_port
@@ -232,7 +233,7 @@ def test_stored_stamp_reads_what_build_chunk_source_stores() -> None:
     w = make_write("web:demo", "a.html", ["one"], title="")
     w.document.url = None
     src = build_chunk_source(w.chunks[0], w.document, updated_at=NOW)
-    assert stored_stamp(src) == chunk_stamp(w.chunks[0], w.document) == (w.chunks[0].content_hash, None, "")
+    assert stored_stamp(src) == chunk_stamp(w.chunks[0], w.document) == (w.chunks[0].text_hash, None, "")
 
 
 def _stored(write: Any, only: int | None = None) -> dict[str, tuple[Any, ...]]:
@@ -377,3 +378,37 @@ def test_request_level_retry_rules() -> None:
     assert _retryable(_api_error(ApiError, 502, "bad_gateway"))
     assert not _retryable(_api_error(BadRequestError, 400, "illegal_argument_exception"))
     assert not _retryable(ValueError("bug"))
+
+
+# --------------------------------------------------------------------------- indexes from before the rename
+
+
+def _legacy_source(write: Any) -> dict[str, Any]:
+    """A chunk's ``_source`` as releases before the rename stored it (the text hash as content_hash)."""
+    src = build_chunk_source(write.chunks[0], write.document, updated_at=NOW)
+    src[LEGACY_TEXT_HASH_FIELD] = src.pop("text_hash")
+    return src
+
+
+def test_a_chunk_stored_under_the_old_field_is_rewritten_once_under_the_new_one() -> None:
+    w = make_write("web:demo", "a.html", ["one"])
+    stored = {w.chunks[0].chunk_id: stored_stamp(_legacy_source(w))}
+    [d] = plan_writes([w], index="idx", existing=stored, updated_at=NOW).docs
+    assert d.unchanged == 0 and [o.chunk_id for o in d.index_ops] == [w.chunks[0].chunk_id]
+    rewritten = _lines(d.index_ops[0])[1]
+    assert rewritten["text_hash"] == w.chunks[0].text_hash and LEGACY_TEXT_HASH_FIELD not in rewritten
+    # once rewritten, its stamp matches: the next upsert skips it
+    again = {w.chunks[0].chunk_id: stored_stamp(rewritten)}
+    assert plan_writes([w], index="idx", existing=again, updated_at=NOW).docs[0].unchanged == 1
+
+
+def test_get_chunk_of_a_chunk_not_yet_rewritten_reads_the_old_field_as_text_hash() -> None:
+    w = make_write("web:demo", "a.html", ["one"])
+    rec = source_to_record(w.chunks[0].chunk_id, _legacy_source(w))
+    assert rec["text_hash"] == w.chunks[0].text_hash and LEGACY_TEXT_HASH_FIELD not in rec
+    assert rec["doc_content_hash"] == w.document.content_hash
+
+
+def test_new_generations_map_the_new_name_only() -> None:
+    # strict mapping: a new generation refuses the old field, so nothing writes it there again
+    assert "text_hash" in MAPPED_FIELDS and LEGACY_TEXT_HASH_FIELD not in MAPPED_FIELDS

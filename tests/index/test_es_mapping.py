@@ -41,7 +41,7 @@ LINEAGE_FIELDS = {
     "doc_version": "keyword",
     "sequence": "integer",
     "heading_path": "keyword",
-    "content_hash": "keyword",
+    "text_hash": "keyword",
     "run_id": "keyword",
     "chunker_options_hash": "keyword",
     "updated_at": "date",

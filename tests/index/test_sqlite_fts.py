@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-from include.contract import Chunk, content_hash
+from include.contract import Chunk, text_hash
 from include.index.base import DocumentRecord, DocumentWrite
 from include.index.sqlite_fts import SqliteFtsIndex, fts_query
 
 
 def _chunk(doc: str, seq: int, text: str) -> Chunk:
-    return Chunk(f"{doc}-{seq:05d}", doc, seq, text, len(text.split()), content_hash(text))
+    return Chunk(f"{doc}-{seq:05d}", doc, seq, text, len(text.split()), text_hash(text))
 
 
 def _write(doc: str, texts: list[str], stale: list[str] | None = None) -> DocumentWrite:
@@ -64,3 +65,76 @@ def test_two_named_indexes_share_a_file(tmp_path: Path) -> None:
     b = SqliteFtsIndex(tmp_path / "i.db", index_name="b")
     a.upsert([_write("d1", ["shared words here"])])
     assert a.count() == 1 and b.count() == 0 and b.search("shared") == []
+
+
+# The chunks table as index files made before the chunk's hash column was renamed have it
+# (copied from the old _SCHEMA, not derived from the new one, so the test keeps meaning it).
+_OLD_SCHEMA = """
+CREATE TABLE chunks (
+    rowid INTEGER PRIMARY KEY,
+    chunk_id TEXT NOT NULL,
+    index_name TEXT NOT NULL,
+    source TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    item_key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    token_count INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    heading_path TEXT NOT NULL,
+    positions TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    title TEXT,
+    url TEXT,
+    media_type TEXT,
+    doc_version TEXT,
+    doc_content_hash TEXT,
+    run_id TEXT,
+    updated_at REAL NOT NULL,
+    UNIQUE (index_name, chunk_id)
+);
+CREATE INDEX chunks_doc ON chunks (index_name, doc_id);
+CREATE INDEX chunks_source ON chunks (index_name, source);
+CREATE VIRTUAL TABLE chunks_fts USING fts5(body, title, tokenize = 'unicode61 remove_diacritics 2');
+"""
+
+
+def _old_index_file(path: Path) -> None:
+    """An index file as the old schema wrote it: two chunks of document d1, searchable."""
+    db = sqlite3.connect(str(path))
+    db.executescript(_OLD_SCHEMA)
+    for seq, text in enumerate(["the old river text", "second old chunk"]):
+        db.execute(
+            "INSERT INTO chunks (chunk_id, index_name, source, doc_id, item_key, seq, kind, text, token_count,"
+            " content_hash, heading_path, positions, metadata, title, url, doc_content_hash, updated_at)"
+            " VALUES (?, 'tributary', 'web:t', 'd1', 'key-d1', ?, 'text', ?, ?, ?, '[]', '[]', '{}', 'T d1',"
+            " NULL, 'doc-hash', 0)",
+            (f"d1-{seq:05d}", seq, text, len(text.split()), text_hash(text)),
+        )
+        db.execute("INSERT INTO chunks_fts (rowid, body, title) VALUES (last_insert_rowid(), ?, 'T d1')", (text,))
+    db.commit()
+    db.close()
+
+
+def test_an_index_file_from_the_old_schema_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_index_file(path)
+    index = SqliteFtsIndex(path)
+    columns = {r[1] for r in index._db.execute("PRAGMA table_info(chunks)")}
+    assert "text_hash" in columns and "content_hash" not in columns and "doc_content_hash" in columns
+    # the rows kept their values under the new name, and the FTS table still finds them by rowid
+    got = index.get_chunk("d1-00000")
+    assert got is not None and got["text_hash"] == text_hash("the old river text")
+    assert got["doc_content_hash"] == "doc-hash"
+    [hit] = index.search("river")
+    assert (hit.chunk_id, hit.text_hash) == ("d1-00000", text_hash("the old river text"))
+    # the upsert compares against the migrated hashes: the kept chunk is not rewritten
+    result = index.upsert([_write("d1", ["the old river text", "a new second chunk"])])[0]
+    assert (result.written, result.unchanged, result.deleted) == (1, 1, 0)
+    assert {h.text for h in index.search("second", k=10)} == {"a new second chunk"}
+    index.close()
+    # opening a migrated file again changes nothing
+    again = SqliteFtsIndex(path)
+    assert again.count(doc_id="d1") == 2 and again.get_chunk("d1-00001") is not None
+    again.close()

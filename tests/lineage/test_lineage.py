@@ -182,11 +182,11 @@ def test_cli_sync_dry_run_window_and_only_key(source, capsys) -> None:
     os.utime(root / "rivers.md", (old, old))
     _touch_now(root / "tides.txt", "Tides now rise three times a day.\n")
     index = open_index(src.index)
-    before = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}
+    before = {cid: index.get_chunk(cid)["text_hash"] for cid in index.chunk_ids()}
 
     dry = _cli_json(capsys, "sync", "files:lin", "--dry-run")
     assert dry["counts"]["dry_run"] is True and dry["counts"]["would_update"] == 2
-    assert {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()} == before
+    assert {cid: index.get_chunk(cid)["text_hash"] for cid in index.chunk_ids()} == before
 
     # a window around March re-syncs only what was modified in it
     windowed = _cli_json(

@@ -282,7 +282,7 @@ def test_dry_run_reports_and_writes_nothing(stack: Stack) -> None:
         index = SqliteFtsIndex(stack.env["TRIBUTARY_INDEX_PATH"], index_name="tributary")
         store = stack.store()
         try:
-            chunks = {cid: index.get_chunk(cid)["content_hash"] for cid in index.chunk_ids()}
+            chunks = {cid: index.get_chunk(cid)["text_hash"] for cid in index.chunk_ids()}
             items = {
                 k: (s.content_hash, s.version.to_dict() if s.version else None)
                 for k, s in store.items("files:audit").items()
