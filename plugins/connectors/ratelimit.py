@@ -49,7 +49,7 @@ _SETTLE_US = 1000
 # ('~pause', '~floor:<us>') carry negative scores (minus their expiry), so that no window count,
 # which looks at positive times only, ever sees them.
 #   reserve  ARGV: member, lease us (0: none), poll us, then (limit, window us) per rate
-#            -> {wait us, rate number that refused (0: none), recorded 0/1}
+#            -> {wait us, rate number that refused (0: none), recorded 0/1[, slow-down floor us]}
 #   release  ARGV: member -> {0, 0, 0}
 #   penalize ARGV: pause us, floor us, growth, cap us, ttl us -> {0, 0, new floor us}
 _SCRIPT = """
@@ -103,7 +103,7 @@ for i = 5, #ARGV, 2 do
     end
   end
 end
-if worst > 0 then return {worst, why, 0} end
+if worst > 0 then return {worst, why, 0, floor} end
 local score = now
 if lease > 0 then score = now + lease end
 redis.call('ZADD', key, n(score), ARGV[2])
@@ -131,6 +131,7 @@ class Decision:
     recorded: bool = False
     refused_by: int = 0  # the number (from 1) of the rate that refused; -1: a slow-down's pause
     rates: tuple[Rate, ...] = ()
+    floor: float = 0.0  # seconds every window was widened to by a slow-down, when refused
 
     @property
     def admitted(self) -> bool:
@@ -143,7 +144,9 @@ class Decision:
             return "admitted" if self.recorded else "no limit"
         if self.refused_by < 0:
             return f"paused by the server's slow-down for {self.wait:.2f}s more"
-        return f"{self.rates[self.refused_by - 1]} used up: {self.wait:.2f}s to wait"
+        rate = self.rates[self.refused_by - 1]
+        widened = f" (at least {self.floor:g}s after a slow-down)" if self.floor > rate.seconds else ""
+        return f"{rate}{widened} used up: {self.wait:.2f}s to wait"
 
     def __str__(self) -> str:
         return self.reason
@@ -197,7 +200,7 @@ class LocalStore:
                 if wait > worst:
                     worst, why = wait, number
             if worst > 0:
-                return [int(worst), why, 0]
+                return [int(worst), why, 0, int(floor)]
             if lease > 0:
                 entry.leases[member] = now + lease
             else:
@@ -328,10 +331,10 @@ class RateLimiter:
                 args += [limit, int(window)]
             return [int(v) for v in self._script(keys=[key], args=args)]
 
-        wait, why, recorded = self._redis_or_local(
+        wait, why, recorded, *floor = self._redis_or_local(
             remote, lambda: self._store.reserve(key, name, lease * _US, self._poll, pairs)
         )
-        decision = Decision(wait / _US, bool(recorded), why, tuple(rates))
+        decision = Decision(wait / _US, bool(recorded), why, tuple(rates), floor[0] / _US if floor else 0.0)
         self._stat("admitted" if decision.admitted else "delayed")
         return decision
 
