@@ -56,6 +56,8 @@ def test_discover_walks_nested_folders_and_resolves_shortcuts(sim: FeishuSimulat
     assert by_key[target].version.modified_time == str(sim.items[target].modified_time)
     assert by_key[drive["sheet"]].metadata["via"] == "folder"  # listed directly and via shortcut: once
     assert found.stats["skipped_types"] == {"mindnote": 1}
+    # every listing call went through the shared request budget, and its counters are reported
+    assert found.stats["limits"]["ratelimit/feishu/admitted"] >= 3
 
 
 def test_unchanged_changed_and_window(sim: FeishuSimulator, drive: dict[str, str]) -> None:

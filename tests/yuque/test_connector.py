@@ -107,6 +107,8 @@ def test_no_change_resync_fetches_nothing(yuque_conn, space):
     assert sim.counters["doc"] == 0 and sim.counters["toc"] == 2
     assert sim.counters["docs"] == 2 and sim.counters["docs_deleted"] == 2
     assert found.stats["incremental_repos"] == 0
+    # the shared limiter counted every request against the account's hourly allowance
+    assert found.stats["limits"].get("ratelimit/yuque/counted", 0) >= 6, found.stats["limits"]
 
 
 def test_edited_doc_alone_is_changed(yuque_conn, space):

@@ -213,6 +213,8 @@ class FeishuConnector(Connector):
             "skipped_types": walk.skipped_types,
             "errors": walk.errors[:20],
             "list_ms": round((time.perf_counter() - started) * 1000, 1),
+            # the shared retry policy's and request budget's counters (retry/feishu/*, ratelimit/feishu/*)
+            "limits": {**self.client.retries.stats, **self.client.budget.limiter.stats},
         }
         return Discovery(
             changes=changes, complete=walk.complete, all_keys=set(walk.items) if walk.complete else None, stats=stats

@@ -111,6 +111,11 @@ class YuqueConnector(Connector):
             self._client = client_from_conn(conn, redis_url=self.context.redis_url)
         return self._client
 
+    def _limit_stats(self) -> dict[str, int]:
+        client = self.client
+        budget = dict(client.budget.limiter.stats) if client.budget is not None else {}
+        return {**client.retry_policy.stats, **budget}
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -264,6 +269,7 @@ class YuqueConnector(Connector):
             # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
             "skipped": walk.skipped,
             "incomplete_reasons": walk.incomplete_reasons,
+            "limits": self._limit_stats(),  # retry/yuque/*, ratelimit/yuque/*, as the web crawl's
         }
         if walk.skipped:
             self.log.warning("Yuque: %d list record(s) skipped", len(walk.skipped))
