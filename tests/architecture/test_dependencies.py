@@ -264,3 +264,12 @@ def test_the_ground_names_nothing_above_it_either() -> None:
         if layer(value.split(":")[0]) > 0
     ]
     assert not errors, "\n".join(errors)
+
+
+def test_airflows_plugin_scan_sees_only_the_entry_point() -> None:
+    """Airflow imports every ``.py`` of its plugins folder under its bare name; plugins/.airflowignore
+    must leave it the entry point alone (our packages are imported as ``plugins.<pkg>``)."""
+    from airflow.utils.file import find_path_from_directory  # deferred: Airflow is slow to import
+
+    seen = [Path(p) for p in find_path_from_directory(str(ROOT / "plugins"), ".airflowignore") if p.endswith(".py")]
+    assert seen == [ROOT / "plugins" / "tributary_plugin.py"]
