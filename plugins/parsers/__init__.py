@@ -1,6 +1,8 @@
 """Parsers: pure ``bytes -> ParsedDocument`` functions, one module per format family.
 
-Importing this package registers every built-in parser with the registry.
+The built-in parsers (``registry.BUILTIN_PARSERS``) register themselves when the registry is
+first asked for one, not when this package is imported: a DAG file parse imports the engine, and
+the parsers' libraries (lxml among them) are no business of the DAG processor.
 
 Options (a source's ``parser:`` mapping, passed as ``parse_document(raw, options)``):
 
@@ -23,12 +25,9 @@ says "javascript shell" for script-rendered pages and "needs OCR" for scanned PD
 from plugins.parsers.registry import (
     ParseContext,
     get_parser,
-    load_builtins,
     parse_document,
     register_parser,
     sniff_media_type,
 )
 
 __all__ = ["ParseContext", "get_parser", "parse_document", "register_parser", "sniff_media_type"]
-
-load_builtins()  # the built-in parser modules (registry.BUILTIN_PARSERS) register themselves
