@@ -19,6 +19,8 @@ parse time).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,3 +275,16 @@ def test_airflows_plugin_scan_sees_only_the_entry_point() -> None:
 
     seen = [Path(p) for p in find_path_from_directory(str(ROOT / "plugins"), ".airflowignore") if p.endswith(".py")]
     assert seen == [ROOT / "plugins" / "tributary_plugin.py"]
+
+
+def test_parsing_a_dag_file_loads_no_parser_or_chunker() -> None:
+    """The DAG processor imports the factory (and through it the engine) at every parse; the
+    registries load their built-ins on first use, so no parser, chunker or tokenizer comes with it."""
+    probe = (
+        "import sys; import plugins.tributary_airflow.dag_factory; "
+        "print(sorted(m for m in sys.modules if m == 'tiktoken' or m.startswith("
+        "('plugins.parsers.', 'plugins.chunkers.')) and not m.endswith(('.registry', '._common', '.options'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
