@@ -47,7 +47,6 @@ __all__ = [
     "feishu_retry",
     "filename_from_disposition",
     "rejected_twice",
-    "retry_policy",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,11 +122,6 @@ def feishu_retry(max_attempts: int, rate_limit_max_wait: float, stats: Counter[s
         patient=lambda exc: isinstance(exc, FeishuRateLimited),
         stats=Counter() if stats is None else stats,
     )
-
-
-def retry_policy(max_attempts: int, rate_limit_max_wait: float) -> dict[str, Any]:
-    """Keyword arguments for tenacity's ``Retrying``/``AsyncRetrying`` (:func:`feishu_retry`)."""
-    return feishu_retry(max_attempts, rate_limit_max_wait).kwargs()
 
 
 _EXT_PARAM = re.compile(r"""filename\*\s*=\s*([^']*)'[^']*'([^;\s]+)""", re.IGNORECASE)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import logging
 import os
 from pathlib import Path
@@ -13,6 +12,7 @@ from airflow.sdk import DAG, Asset, BaseOperator
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from include.config import SourceConfig, load_sources_report
+from include.loading import load_class
 from include.settings import get_settings
 from plugins.connectors.base import validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
@@ -65,10 +65,10 @@ def fetch_operator(source: SourceConfig) -> type[BaseOperator]:
     if not dotted:
         return FetchOperator
     module, _, name = dotted.rpartition(".")
-    found = getattr(importlib.import_module(module), name)
-    if not (isinstance(found, type) and issubclass(found, BaseOperator)):
-        raise TypeError(f"{source.source_id}: fetch_operator {dotted} is not an Airflow operator class")
-    return found
+    try:
+        return load_class(f"{module}:{name}", BaseOperator)
+    except TypeError:
+        raise TypeError(f"{source.source_id}: fetch_operator {dotted} is not an Airflow operator class") from None
 
 
 def schedule_for(source: SourceConfig) -> Any:
