@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
@@ -40,6 +40,7 @@ from include.contract import options_hash
 
 __all__ = [
     "ChunkerConfig",
+    "EmbeddingConfig",
     "EngineOptions",
     "IndexConfig",
     "OptionsCheck",
@@ -165,6 +166,34 @@ class ChunkerConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class EmbeddingConfig(BaseModel):
+    """A source's ``embedding:`` block: which model turns its chunks into vectors.
+
+    ``provider``: ``none`` (BM25 only, the default: nothing is embedded), ``local`` (a model a
+    registry package ships, run in process; ``model`` defaults to the provider's) or ``openai``
+    (an OpenAI-compatible ``/v1/embeddings`` endpoint whose URL and key are in the Airflow
+    Connection ``conn_id``). ``dimensions``: the vector size the index stores; for ``openai`` it
+    is sent as the request's ``dimensions`` (models that support shortening) and every answer is
+    checked against it. ``batch_size``: texts per model call or request. ``max_input_tokens``
+    caps what one chunk may send (the model's own limit when unset). ``requests_per_minute``:
+    the endpoint's request budget, shared by every worker through Redis.
+    """
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    provider: Literal["none", "local", "openai"] = "none"
+    model: str | None = None
+    dimensions: int | None = Field(default=None, ge=1, le=8192)
+    batch_size: int = Field(default=32, ge=1, le=2048)
+    conn_id: str | None = None
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    timeout_seconds: float = Field(default=60.0, gt=0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider != "none"
+
+
 class IndexConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     backend: str = "sqlite"
@@ -184,6 +213,7 @@ class SourceConfig(BaseModel):
     parser: dict[str, Any] = Field(default_factory=dict)
     chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
     index: IndexConfig = Field(default_factory=IndexConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
     batch_size: int = Field(default=50, ge=1)
     max_items: int | None = None
     # deletions: an item absent from this many complete listings in a row is deleted
@@ -228,13 +258,20 @@ class SourceConfig(BaseModel):
     def dag_id(self) -> str:
         return f"sync_{self.kind}_{self.name}"
 
-    def processing_hash(self) -> str:
+    def processing_hash(self, versions: Mapping[str, Any] | None = None) -> str:
         """Hash of everything that changes what a document turns into in the index.
 
         Stored per item: a different hash on the next run re-processes the item even if the
-        source says it did not change.
+        source says it did not change. ``versions``: what the caller knows and this layer cannot
+        (the chunker's scheme version, the embedding model's id and dimensions), hashed with the
+        configuration. BM25-only sources hash as before, so enabling nothing re-processes nothing.
         """
-        return options_hash({"parser": self.parser, "chunker": self.chunker.model_dump()})
+        parts: dict[str, Any] = {"parser": self.parser, "chunker": self.chunker.model_dump()}
+        if self.embedding.enabled:
+            parts["embedding"] = self.embedding.model_dump(exclude={"batch_size", "requests_per_minute", "timeout_seconds"})
+        if versions:
+            parts["versions"] = dict(versions)
+        return options_hash(parts)
 
 
 def _expand(value: Any) -> Any:

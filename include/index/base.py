@@ -3,7 +3,13 @@
 Write contract (``upsert``): for each document, the new chunks are written **first** and the
 stale ones (ids the document had before and no longer has) are deleted **only afterwards**, so
 a failed write never loses the indexed version. Chunks whose id and content hash are already
-in the index are not rewritten. Failures are reported per document in the result, never
+in the index are not rewritten (a chunk that only moved gets its new ``sequence``, nothing
+else). A write may carry the chunks' vectors (:class:`~include.vectors.VectorSet`); they are
+stored with the chunks, in the same transaction or bulk request.
+
+Search (``search``): ``mode`` is ``bm25`` (full text), ``vector`` (k nearest neighbours of
+``query_vector`` by cosine similarity) or ``hybrid`` (both rankings fused by reciprocal rank
+fusion, :func:`include.index.fusion.reciprocal_rank_fusion`, done here when the backend cannot). Failures are reported per document in the result, never
 raised for the whole batch, so the engine can commit state for the documents that landed.
 """
 
@@ -12,12 +18,22 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
 
 from include.config import IndexConfig
 from include.contract import Chunk
+from include.vectors import VectorSet
 
-__all__ = ["DocumentRecord", "DocumentWrite", "IndexBackend", "SearchHit", "UpsertResult"]
+SearchMode = Literal["bm25", "vector", "hybrid"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "vector", "hybrid")
+
+__all__ = [
+    "SEARCH_MODES",
+    "SearchMode",
+    "DocumentRecord", "DocumentWrite", "IndexBackend", "SearchHit", "UpsertResult"]
 
 
 @dataclass(slots=True)
@@ -41,6 +57,8 @@ class DocumentWrite:
     document: DocumentRecord
     chunks: list[Chunk]
     stale_chunk_ids: list[str] = field(default_factory=list)
+    # the chunks' vectors (every chunk of the write, or None: a BM25-only source)
+    vectors: VectorSet | None = None
 
 
 @dataclass(slots=True)
@@ -67,6 +85,10 @@ class SearchHit:
     doc_version: str | None = None
     text_hash: str | None = None  # the chunk's (Chunk.text_hash), not its document's content_hash
     metadata: dict[str, Any] = field(default_factory=dict)
+    sequence: int | None = None
+    embedding_model: str | None = None
+    # hybrid: the hit's 1-based rank in each ranking it appeared in ({"bm25": 3, "vector": 1})
+    ranks: dict[str, int] = field(default_factory=dict)
 
 
 class IndexBackend(abc.ABC):
@@ -88,8 +110,22 @@ class IndexBackend(abc.ABC):
         """Remove every chunk of these documents; returns the number of chunks removed."""
 
     @abc.abstractmethod
-    def search(self, query: str, *, k: int = 10, source: str | None = None) -> list[SearchHit]:
-        """Best-first full-text hits (BM25)."""
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        source: str | None = None,
+        mode: SearchMode = "bm25",
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> list[SearchHit]:
+        """Best-first hits; ``vector`` and ``hybrid`` need ``query_vector`` (the query embedded
+        with the model the chunks were embedded with)."""
+
+    @abc.abstractmethod
+    def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
+        """Stored vectors of ``model`` by chunk text hash (the embedding cache: a chunk whose text
+        is already in the index under the same model is not embedded again)."""
 
     @abc.abstractmethod
     def count(self, *, source: str | None = None, doc_id: str | None = None) -> int:

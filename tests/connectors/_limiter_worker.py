@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugins.connectors.ratelimit import Rate, RateLimiter
+from include.ratelimit import Rate, RateLimiter
 
 
 def reserve_many(redis_url: str, key: str, limit: int, window: float, attempts: int, start: Any) -> int:

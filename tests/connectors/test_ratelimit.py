@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from plugins.connectors.ratelimit import Decision, LocalStore, Rate, RateLimiter, RateLimitTimeout
+from include.ratelimit import Decision, LocalStore, Rate, RateLimiter, RateLimitTimeout
 from tests.connectors._limiter_worker import hold_lease, reserve_many
 
 

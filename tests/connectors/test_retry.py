@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from plugins.connectors.retry import RetryPolicy, parse_retry_after
+from include.retry import RetryPolicy, parse_retry_after
 from tests.support.server import serve_asgi
 
 

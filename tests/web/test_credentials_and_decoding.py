@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from plugins.connectors.http_body import (
+from include.http_body import (
     BodyTooLarge,
     CappedDecoder,
     UndecodableBody,

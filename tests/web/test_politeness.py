@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from plugins.connectors.ratelimit import Decision, Rate
+from include.ratelimit import Decision, Rate
 from plugins.connectors.web.politeness import LocalPoliteness, RedisPoliteness
 from tests.web.helpers import Run, make_connector
 from tests.web.nginx import requires_nginx, serve_nginx

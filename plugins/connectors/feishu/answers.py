@@ -1,7 +1,7 @@
 """Feishu answers read as streams and capped after their content-coding, then decoded.
 
 A server controls the size of every body, so none is read whole: a JSON answer is counted
-while it streams, after every content-coding layer (``plugins.connectors.http_body``: httpx
+while it streams, after every content-coding layer (``include.http_body``: httpx
 would inflate a whole network chunk of ``gzip, gzip`` before any cap could count it), up to
 ``max_response_bytes`` (a Connection extra, 64 MiB by default); a download up to the file size
 cap. An error answer only needs its ``code``/``msg``, so it is cut at 64 KiB and, past that,
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from plugins.connectors.feishu.errors import FeishuDataError, FeishuResponseTooLarge, error_from_response
-from plugins.connectors.http_body import BodyTooLarge, UndecodableBody, UnsupportedEncoding, aread_capped, read_capped
+from include.http_body import BodyTooLarge, UndecodableBody, UnsupportedEncoding, aread_capped, read_capped
 
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "ERROR_BODY_BYTES", "Answer", "aread_answer", "decode_json", "read_answer"]
 

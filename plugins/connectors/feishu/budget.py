@@ -3,7 +3,7 @@
 Feishu limits each API per app and tenant (e.g. 5 file downloads/s, 100 export calls/min), so
 a budget kept per process lets N workers send N times the limit. What is Feishu's own lives
 here: the table of documented per-API limits (overridable with ``rate_limits``), and the padding
-of each window. The limits are kept by the shared :class:`plugins.connectors.ratelimit.RateLimiter`:
+of each window. The limits are kept by the shared :class:`include.ratelimit.RateLimiter`:
 one sliding-window log per (app, API) in Redis, checked against every window of the API before
 the send is recorded, on Redis's own clock, so concurrent workers with skewed clocks can never
 overshoot together. Without Redis the same log is kept in process.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from plugins.connectors.ratelimit import Rate, RateLimiter
+from include.ratelimit import Rate, RateLimiter
 
 __all__ = ["DEFAULT_LIMITS", "RequestBudget"]
 

@@ -37,8 +37,8 @@ from plugins.connectors.feishu.errors import (
     credentials_error,
 )
 from plugins.connectors.feishu.token import TokenCache, UserTokenCache
-from plugins.connectors.http_body import ACCEPT_ENCODING
-from plugins.connectors.retry import RetryPolicy
+from include.http_body import ACCEPT_ENCODING
+from include.retry import RetryPolicy
 
 __all__ = [
     "Download",
@@ -104,7 +104,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def feishu_retry(max_attempts: int, rate_limit_max_wait: float, stats: Counter[str] | None = None) -> RetryPolicy:
-    """The shared retry policy (:mod:`plugins.connectors.retry`) with Feishu's settings.
+    """The shared retry policy (:mod:`include.retry`) with Feishu's settings.
 
     A rate limit is a promise the call will succeed later: it is bounded by
     ``rate_limit_max_wait``, not by attempts; its reset hint (``x-ogw-ratelimit-reset`` or

@@ -33,7 +33,7 @@ from plugins.connectors.feishu.errors import (
     FeishuResponseTooLarge,
     FeishuTokenInvalid,
 )
-from plugins.connectors.http_body import ACCEPT_ENCODING
+from include.http_body import ACCEPT_ENCODING
 
 __all__ = [
     "DEFAULT_FORMATS",

@@ -3,9 +3,9 @@
 httpx follows redirects itself only if asked; we never ask, so every hop is checked against
 the source's scope and the address guard before a connection is opened. Credentials are
 added per request, only for the origins their ``CredentialScope`` admits. The raw body is
-streamed and decoded (``plugins.connectors.http_body``), layer by layer in bounded steps, and the download
+streamed and decoded (``include.http_body``), layer by layer in bounded steps, and the download
 aborted once the decoded size passes the limit (a gzip-of-gzip bomb is cut too). Retries
-(``plugins.connectors.retry``: a 429/503's ``Retry-After``, else exponential backoff with
+(``include.retry``: a 429/503's ``Retry-After``, else exponential backoff with
 jitter): network errors, timeouts, 429, 5xx; never other 4xx. One deadline covers all attempts
 of a URL, backoff included.
 """
@@ -22,14 +22,14 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from plugins.connectors.http_body import (
+from include.http_body import (
     ACCEPT_ENCODING,
     BodyTooLarge,
     UndecodableBody,
     UnsupportedEncoding,
     aread_capped,
 )
-from plugins.connectors.retry import RetryPolicy, parse_retry_after
+from include.retry import RetryPolicy, parse_retry_after
 from plugins.connectors.web.auth import Credentials, CredentialScope
 from plugins.connectors.web.politeness import LocalPoliteness, Politeness
 from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress

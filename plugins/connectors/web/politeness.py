@@ -6,7 +6,7 @@ request to the host is in flight and ``delay`` seconds have passed since the pre
 request was scheduled) is what makes the gap hold as the server sees it: client-side latency
 between taking a slot and the bytes reaching the server can only make gaps longer, never shorter.
 
-The slot is a lease of one request per ``delay`` in the shared :mod:`plugins.connectors.ratelimit`
+The slot is a lease of one request per ``delay`` in the shared :mod:`include.ratelimit`
 log of the host (in Redis when configured, so two Airflow workers crawling one host together
 still keep the gap; else in this process). What is the web's own lives here: the delay per host
 (``delay_for``: the source's delay or the robots.txt Crawl-delay), and how a 429/503 slows the
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from plugins.connectors.ratelimit import LocalStore, Rate, RateLimiter
+from include.ratelimit import LocalStore, Rate, RateLimiter
 
 __all__ = ["LocalPoliteness", "Politeness", "RedisPoliteness", "make_politeness"]
 

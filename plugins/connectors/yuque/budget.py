@@ -6,7 +6,7 @@ exporters hit "x-ratelimit-limit" errors with ~200 parallel fetches: web-farmer/
 PR #1, DIYgod/RSSHub PR #2156). Several Airflow workers fetch in parallel, so each one counting
 for itself would overrun the limit. What is Yuque's own lives here: the hourly allowance counted
 per account and clock hour, refused (not waited for) once spent, and the pace of ``per_second``
-sends. Both are kept by the shared :class:`plugins.connectors.ratelimit.RateLimiter` (a fixed
+sends. Both are kept by the shared :class:`include.ratelimit.RateLimiter` (a fixed
 window counter, and a sliding window of one request per ``1 / per_second``), in Redis when
 configured and in this process otherwise (which is right for a single worker and the tests).
 
@@ -20,7 +20,7 @@ import hashlib
 import time
 from collections.abc import Callable
 
-from plugins.connectors.ratelimit import Rate, RateLimiter, RateLimitTimeout
+from include.ratelimit import Rate, RateLimiter, RateLimitTimeout
 from plugins.connectors.yuque.errors import YuqueBudgetExhausted
 
 __all__ = ["RequestBudget", "token_fingerprint"]

@@ -23,14 +23,14 @@ from typing import Any
 
 import httpx
 
-from plugins.connectors.http_body import (
+from include.http_body import (
     ACCEPT_ENCODING,
     BodyTooLarge,
     UndecodableBody,
     UnsupportedEncoding,
     read_capped,
 )
-from plugins.connectors.retry import RetryPolicy
+from include.retry import RetryPolicy
 from plugins.connectors.yuque.budget import RequestBudget
 from plugins.connectors.yuque.errors import (
     YuqueBudgetExhausted,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from plugins.connectors.retry import parse_retry_after
+from include.retry import parse_retry_after
 
 __all__ = [
     "YuqueAuthError",
