@@ -32,8 +32,13 @@ SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "vector", "hybrid")
 
 __all__ = [
     "SEARCH_MODES",
+    "DocumentRecord",
+    "DocumentWrite",
+    "IndexBackend",
+    "SearchHit",
     "SearchMode",
-    "DocumentRecord", "DocumentWrite", "IndexBackend", "SearchHit", "UpsertResult"]
+    "UpsertResult",
+]
 
 
 @dataclass(slots=True)

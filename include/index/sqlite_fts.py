@@ -6,6 +6,9 @@ searchable text. CJK characters are indexed one per token (FTS5's ``unicode61`` 
 otherwise treat a whole run of Chinese as one word); queries turn CJK runs into phrases, so
 "知识库" matches the adjacent characters 知 识 库.
 
+Vectors live in the same file, in ``sqlite-vec`` tables (``include.index.sqlite_vectors``);
+``search`` ranks by BM25, by cosine similarity to a query vector, or by both fused (RRF).
+
 Concurrency: WAL mode and a busy timeout let several Airflow task processes write in turn.
 """
 
@@ -13,16 +16,31 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+import numpy as np
+import numpy.typing as npt
+
 from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
-from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
+from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
+from include.index.sqlite_vectors import (
+    DB_ERRORS,
+    StoredVector,
+    VectorsUnavailable,
+    VectorWriteError,
+    connect,
+    delete_vector,
+    document_vectors,
+    knn,
+    put_vector,
+    stored_vectors,
+)
 from include.settings import get_settings
 
 __all__ = ["SqliteFtsIndex", "fts_query", "segment_cjk"]
@@ -53,6 +71,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     doc_content_hash TEXT,
     run_id TEXT,
     updated_at REAL NOT NULL,
+    embedding_model TEXT,
+    embedding_dims INTEGER,
     UNIQUE (index_name, chunk_id)
 );
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks (index_name, doc_id);
@@ -60,8 +80,24 @@ CREATE INDEX IF NOT EXISTS chunks_source ON chunks (index_name, source);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(body, title, tokenize = 'unicode61 remove_diacritics 2');
 """
 
+# Indexes on columns an old file gains in ``_migrate`` (created after it, not in ``_SCHEMA``).
+_MIGRATED_INDEXES = """
+CREATE INDEX IF NOT EXISTS chunks_text_hash ON chunks (index_name, text_hash);
+CREATE INDEX IF NOT EXISTS chunks_vector_dims ON chunks (index_name, embedding_dims);
+"""
+
 # What ``chunks.text_hash`` was called in index files made before the rename (``SqliteFtsIndex._migrate``).
 _LEGACY_TEXT_HASH_COLUMN = "content_hash"
+# Columns added since the first release (NULL in old rows: no vector).
+_ADDED_COLUMNS = {"embedding_model": "TEXT", "embedding_dims": "INTEGER"}
+_INSERT_COLUMNS = (
+    "chunk_id, index_name, source, doc_id, item_key, seq, kind, text, token_count, text_hash, heading_path,"
+    " positions, metadata, title, url, media_type, doc_version, doc_content_hash, run_id, updated_at,"
+    " embedding_model, embedding_dims"
+)
+# what fails one document of a batch (the database refused it, or its vectors cannot be stored)
+_DOCUMENT_ERRORS: tuple[type[Exception], ...] = (*DB_ERRORS, VectorWriteError, VectorsUnavailable)
+_UPDATE_ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in _INSERT_COLUMNS.split(","))
 
 
 def segment_cjk(text: str) -> str:
@@ -88,7 +124,7 @@ class SqliteFtsIndex(IndexBackend):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.index_name = index_name
-        self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
+        self._db, self._vectors_loaded = connect(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=60000")
@@ -101,20 +137,30 @@ class SqliteFtsIndex(IndexBackend):
         The chunk's text hash column was ``content_hash``, the name that now means a document's
         hash only (``doc_content_hash``). RENAME COLUMN rewrites the table's definition in place:
         rows, indexes and rowids stay, and ``chunks_fts`` (a separate FTS5 table joined on rowid,
-        no triggers) does not name the column. Inside BEGIN IMMEDIATE, so two processes opening
-        the same old file rename it once.
+        no triggers) does not name the column. The vector columns (``_ADDED_COLUMNS``) are added
+        as NULL (no chunk has a vector yet; the ``vec0`` tables appear on the first vector write).
+        Inside BEGIN IMMEDIATE, so two processes opening the same old file migrate it once.
         """
-        if _LEGACY_TEXT_HASH_COLUMN not in self._chunk_columns():  # the usual open: no write lock taken
+        if not self._needs_migration(self._chunk_columns()):  # the usual open: no write lock taken
+            self._db.executescript(_MIGRATED_INDEXES)
             return
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            columns = self._chunk_columns()  # again under the lock: another process may have renamed it
+            columns = self._chunk_columns()  # again under the lock: another process may have migrated it
             if _LEGACY_TEXT_HASH_COLUMN in columns and "text_hash" not in columns:
                 self._db.execute(f"ALTER TABLE chunks RENAME COLUMN {_LEGACY_TEXT_HASH_COLUMN} TO text_hash")
+            for name, decl in _ADDED_COLUMNS.items():
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE chunks ADD COLUMN {name} {decl}")
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+        self._db.executescript(_MIGRATED_INDEXES)
+
+    @staticmethod
+    def _needs_migration(columns: set[str]) -> bool:
+        return _LEGACY_TEXT_HASH_COLUMN in columns or not set(_ADDED_COLUMNS) <= columns
 
     def _chunk_columns(self) -> set[str]:
         return {row[1] for row in self._db.execute("PRAGMA table_info(chunks)")}
@@ -137,7 +183,7 @@ class SqliteFtsIndex(IndexBackend):
                     results.append(self._upsert_one(cur, write))
                     failpoint(f"upsert:doc:{n}")  # mid-transaction: document n written, not committed
                     cur.execute("RELEASE doc")
-                except sqlite3.Error as exc:  # one bad document never fails the batch
+                except _DOCUMENT_ERRORS as exc:  # one bad document never fails the batch
                     cur.execute("ROLLBACK TO doc")
                     cur.execute("RELEASE doc")
                     results.append(UpsertResult(write.document.doc_id, ok=False, error=f"sqlite: {exc}"))
@@ -147,12 +193,17 @@ class SqliteFtsIndex(IndexBackend):
             raise
         return results
 
-    def _upsert_one(self, cur: sqlite3.Cursor, write: DocumentWrite) -> UpsertResult:
+    def _upsert_one(self, cur: Any, write: DocumentWrite) -> UpsertResult:
         doc = write.document
+        vectors = document_vectors(write)
+        if vectors is not None and not self._vectors_loaded:
+            raise VectorsUnavailable("the sqlite-vec extension is not loaded: vectors cannot be stored")
+        model = write.vectors.model if write.vectors is not None else None
         existing = {
-            row[0]: (row[1], row[2], row[3:])
+            row[0]: (row[1], row[2], (row[3], row[4]), row[5], StoredVector(row[6], row[7]))
             for row in cur.execute(
-                "SELECT chunk_id, rowid, text_hash, url, title FROM chunks WHERE index_name = ? AND doc_id = ?",
+                "SELECT chunk_id, rowid, text_hash, url, title, seq, embedding_model, embedding_dims"
+                " FROM chunks WHERE index_name = ? AND doc_id = ?",
                 (self.index_name, doc.doc_id),
             )
         }
@@ -160,35 +211,31 @@ class SqliteFtsIndex(IndexBackend):
         written = unchanged = 0
         # 1. new and changed chunks first ...
         for chunk in write.chunks:
+            vector = vectors[chunk.chunk_id] if vectors is not None else None
+            want = StoredVector(model, int(vector.shape[0])) if vector is not None else StoredVector(None, None)
             prior = existing.get(chunk.chunk_id)
-            # same text and same place: nothing to write (a moved URL or a new title is rewritten)
+            # same text and same place: nothing to rewrite (a moved URL or a new title is rewritten)
             if prior is not None and prior[1] == chunk.text_hash and prior[2] == (doc.url, doc.title):
+                self._refresh_kept(cur, prior[0], chunk, doc, (prior[3], prior[4]), want, vector)
                 unchanged += 1
                 continue
-            row = self._row(chunk, doc, now)
+            row = (*self._row(chunk, doc, now), want.model, want.dims)
             if prior is None:
-                cur.execute(
-                    "INSERT INTO chunks (chunk_id, index_name, source, doc_id, item_key, seq, kind, text,"
-                    " token_count, text_hash, heading_path, positions, metadata, title, url, media_type,"
-                    " doc_version, doc_content_hash, run_id, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    row,
-                )
-                rowid = cur.lastrowid
+                cur.execute(f"INSERT INTO chunks ({_INSERT_COLUMNS}) VALUES ({','.join('?' * len(row))})", row)
+                rowid = int(cur.lastrowid)
             else:
                 rowid = prior[0]
-                cur.execute(
-                    "UPDATE chunks SET chunk_id=?, index_name=?, source=?, doc_id=?, item_key=?, seq=?, kind=?,"
-                    " text=?, token_count=?, text_hash=?, heading_path=?, positions=?, metadata=?, title=?,"
-                    " url=?, media_type=?, doc_version=?, doc_content_hash=?, run_id=?, updated_at=?"
-                    " WHERE rowid=?",
-                    (*row, rowid),
-                )
+                cur.execute(f"UPDATE chunks SET {_UPDATE_ASSIGNMENTS} WHERE rowid=?", (*row, rowid))
                 cur.execute("DELETE FROM chunks_fts WHERE rowid = ?", (rowid,))
+                delete_vector(cur, dims=prior[4].dims, rowid=rowid)  # the old text's vector
             cur.execute(
                 "INSERT INTO chunks_fts (rowid, body, title) VALUES (?, ?, ?)",
                 (rowid, segment_cjk(chunk.text), segment_cjk(doc.title or "")),
             )
+            if vector is not None and want.dims is not None:
+                put_vector(
+                    cur, dims=want.dims, rowid=rowid, index_name=self.index_name, source=doc.source, vector=vector
+                )
             written += 1
         # 2. ... and only then the stale ones: ids the document had and no longer has.
         keep = {c.chunk_id for c in write.chunks}
@@ -196,7 +243,37 @@ class SqliteFtsIndex(IndexBackend):
         deleted = self._delete_ids(cur, stale)
         return UpsertResult(doc.doc_id, ok=True, written=written, unchanged=unchanged, deleted=deleted)
 
-    def _row(self, chunk: Chunk, doc: Any, now: float) -> tuple[Any, ...]:
+    def _refresh_kept(
+        self,
+        cur: Any,
+        rowid: int,
+        chunk: Chunk,
+        doc: DocumentRecord,
+        stored: tuple[int, StoredVector],
+        want: StoredVector,
+        vector: npt.NDArray[np.float32] | None,
+    ) -> None:
+        """A kept chunk (same id, text and place): update only its sequence and its vector.
+
+        Chunk ids follow content, so inserting a paragraph shifts the ``sequence`` of the chunks
+        after it: a cheap UPDATE of ``seq``, no FTS rewrite. Its vector is stored when it has none
+        (or one of another model) and the write brings one, and dropped when the write has none.
+        """
+        seq, had = stored
+        if seq == chunk.sequence and had == want:
+            return
+        if had != want:
+            delete_vector(cur, dims=had.dims, rowid=rowid)
+            if vector is not None and want.dims is not None:
+                put_vector(
+                    cur, dims=want.dims, rowid=rowid, index_name=self.index_name, source=doc.source, vector=vector
+                )
+        cur.execute(
+            "UPDATE chunks SET seq = ?, embedding_model = ?, embedding_dims = ? WHERE rowid = ?",
+            (chunk.sequence, want.model, want.dims, rowid),
+        )
+
+    def _row(self, chunk: Chunk, doc: DocumentRecord, now: float) -> tuple[Any, ...]:
         return (
             chunk.chunk_id,
             self.index_name,
@@ -220,15 +297,16 @@ class SqliteFtsIndex(IndexBackend):
             now,
         )
 
-    def _delete_ids(self, cur: sqlite3.Cursor, chunk_ids: Iterable[str]) -> int:
+    def _delete_ids(self, cur: Any, chunk_ids: Iterable[str]) -> int:
         deleted = 0
         for cid in chunk_ids:
             row = cur.execute(
-                "SELECT rowid FROM chunks WHERE index_name = ? AND chunk_id = ?", (self.index_name, cid)
+                "SELECT rowid, embedding_dims FROM chunks WHERE index_name = ? AND chunk_id = ?", (self.index_name, cid)
             ).fetchone()
             if row is None:
                 continue
             cur.execute("DELETE FROM chunks_fts WHERE rowid = ?", (row[0],))
+            delete_vector(cur, dims=row[1], rowid=row[0])
             cur.execute("DELETE FROM chunks WHERE rowid = ?", (row[0],))
             deleted += 1
         return deleted
@@ -254,7 +332,32 @@ class SqliteFtsIndex(IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------- reads
-    def search(self, query: str, *, k: int = 10, source: str | None = None) -> list[SearchHit]:
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        source: str | None = None,
+        mode: SearchMode = "bm25",
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> list[SearchHit]:
+        """BM25, vector (cosine similarity to ``query_vector``) or hybrid (both, fused by RRF).
+
+        An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
+        ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
+        index's vectors is a ValueError.
+        """
+        check_search_mode(mode, query_vector)
+        if mode == "bm25":
+            return self._bm25(query, k, source)
+        assert query_vector is not None  # check_search_mode refused a vector search without one
+        if mode == "vector":
+            return self._nearest(query_vector, k, source)
+        depth = hybrid_depth(k)
+        rankings = {"bm25": self._bm25(query, depth, source), "vector": self._nearest(query_vector, depth, source)}
+        return reciprocal_rank_fusion(rankings, k)
+
+    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         hits = self._search(fts_query(query), k, source)
         if not hits:  # nothing has every term: fall back to any term, still BM25-ranked
             hits = self._search(fts_query(query, any_term=True), k, source)
@@ -275,26 +378,26 @@ class SqliteFtsIndex(IndexBackend):
         args.append(k)
         cur = self._db.execute(sql, args)
         names = [d[0] for d in cur.description]
-        hits = []
-        for values in cur.fetchall():
-            row = dict(zip(names, values, strict=True))
-            hits.append(
-                SearchHit(
-                    chunk_id=row["chunk_id"],
-                    doc_id=row["doc_id"],
-                    source=row["source"],
-                    score=-float(row["score"]),  # FTS5's bm25() is "lower is better"
-                    text=row["text"],
-                    title=row["title"],
-                    url=row["url"],
-                    heading_path=json.loads(row["heading_path"]),
-                    run_id=row["run_id"],
-                    doc_version=row["doc_version"],
-                    text_hash=row["text_hash"],
-                    metadata=json.loads(row["metadata"]),
-                )
-            )
-        return hits
+        # FTS5's bm25() is "lower is better"
+        return [_hit(row, -float(row["score"])) for row in (dict(zip(names, v, strict=True)) for v in cur.fetchall())]
+
+    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
+        if not self._vectors_loaded:
+            raise VectorsUnavailable("the sqlite-vec extension is not loaded: this index cannot search vectors")
+        nearest = knn(self._db, index_name=self.index_name, query_vector=query_vector, k=k, source=source)
+        if not nearest:
+            return []
+        cur = self._db.execute(
+            f"SELECT * FROM chunks WHERE rowid IN ({','.join('?' * len(nearest))})", [r for r, _ in nearest]
+        )
+        names = [d[0] for d in cur.description]
+        rows = {row["rowid"]: row for row in (dict(zip(names, v, strict=True)) for v in cur.fetchall())}
+        return [_hit(rows[rowid], similarity) for rowid, similarity in nearest if rowid in rows]
+
+    def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
+        if not self._vectors_loaded:
+            return {}  # nothing readable: every chunk is a cache miss
+        return stored_vectors(self._db, index_name=self.index_name, model=model, text_hashes=text_hashes)
 
     def count(self, *, source: str | None = None, doc_id: str | None = None) -> int:
         sql, args = self._filter("SELECT count(*) FROM chunks", source, doc_id)
@@ -331,3 +434,22 @@ class SqliteFtsIndex(IndexBackend):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _hit(row: dict[str, Any], score: float) -> SearchHit:
+    return SearchHit(
+        chunk_id=row["chunk_id"],
+        doc_id=row["doc_id"],
+        source=row["source"],
+        score=score,
+        text=row["text"],
+        title=row["title"],
+        url=row["url"],
+        heading_path=json.loads(row["heading_path"]),
+        run_id=row["run_id"],
+        doc_version=row["doc_version"],
+        text_hash=row["text_hash"],
+        metadata=json.loads(row["metadata"]),
+        sequence=row["seq"],
+        embedding_model=row["embedding_model"],
+    )

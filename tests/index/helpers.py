@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from include.contract import Chunk, Position, chunk_id, content_hash, document_id, text_hash
-from include.index.base import DocumentRecord, DocumentWrite
+from collections.abc import Sequence
 
-__all__ = ["make_write"]
+import numpy as np
+import numpy.typing as npt
+
+from include.contract import Chunk, Position, content_hash, document_id, text_hash
+from include.index.base import DocumentRecord, DocumentWrite
+from include.vectors import VectorSet
+
+__all__ = ["make_write", "positional_chunk_id", "unit", "with_vectors"]
+
+
+def positional_chunk_id(doc_id: str, sequence: int) -> str:
+    """A position-derived chunk id (the index takes any id; these make "chunk i" easy to name)."""
+    return f"{doc_id}-{sequence:05d}"
 
 
 def make_write(
@@ -19,12 +30,17 @@ def make_write(
     stale: list[str] | None = None,
     heading: list[str] | None = None,
     positions: bool = False,
+    content_ids: bool = False,
 ) -> DocumentWrite:
-    """One document whose chunk ``i`` has text ``texts[i]`` (ids and hashes as the engine makes them)."""
+    """One document whose chunk ``i`` has text ``texts[i]`` (ids and hashes as the engine makes them).
+
+    ``content_ids``: the chunk id follows the text, not the position (an inserted paragraph
+    shifts the sequence of the chunks after it, not their ids).
+    """
     doc_id = document_id(source, item_key)
     chunks = [
         Chunk(
-            chunk_id=chunk_id(doc_id, i),
+            chunk_id=f"{doc_id}-{text_hash(text)[:16]}" if content_ids else positional_chunk_id(doc_id, i),
             doc_id=doc_id,
             sequence=i,
             text=text,
@@ -50,3 +66,18 @@ def make_write(
         metadata={"lang": "en"},
     )
     return DocumentWrite(document=doc, chunks=chunks, stale_chunk_ids=list(stale or []))
+
+
+def unit(values: Sequence[float]) -> npt.NDArray[np.float32]:
+    """``values`` as an L2-normalised float32 vector (as embedders return them)."""
+    v = np.asarray(values, dtype=np.float32)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def with_vectors(
+    write: DocumentWrite, rows: Sequence[Sequence[float]], *, model: str = "test:model@1"
+) -> DocumentWrite:
+    """``write`` carrying one vector per chunk (row ``i`` for chunk ``i``, normalised)."""
+    matrix = np.stack([unit(r) for r in rows]).astype(np.float32)
+    write.vectors = VectorSet(model, matrix.shape[1], [c.chunk_id for c in write.chunks], matrix)
+    return write

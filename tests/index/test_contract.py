@@ -3,10 +3,10 @@ Elasticsearch when ELASTICSEARCH_URL is set)."""
 
 from __future__ import annotations
 
-from include.contract import chunk_id, document_id
+from include.contract import document_id
 from include.index.base import IndexBackend
 from tests.index.conftest import BackendFactory
-from tests.index.helpers import make_write
+from tests.index.helpers import make_write, positional_chunk_id
 
 SRC = "web:demo"
 EN = [
@@ -159,7 +159,7 @@ def test_search_ranks_matches_filters_by_source_and_returns_lineage(backend: Ind
 
 
 def test_get_chunk_and_counts_of_missing_things(backend: IndexBackend) -> None:
-    assert backend.get_chunk(chunk_id(document_id(SRC, "x"), 0)) is None
+    assert backend.get_chunk(positional_chunk_id(document_id(SRC, "x"), 0)) is None
     assert backend.count() == 0
     assert backend.count(source=SRC) == 0
     assert backend.chunk_ids() == set()
