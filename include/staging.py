@@ -93,7 +93,10 @@ class StagingArea:
 
     def put_json(self, name: str, obj: Any) -> StagedFile:
         """``write_json``, returning the size and hash a manifest records for the later check."""
-        data = _json_bytes(obj)
+        return self.put_bytes(name, _json_bytes(obj))
+
+    def put_bytes(self, name: str, data: bytes) -> StagedFile:
+        """``write_bytes``, returning the size and hash a manifest records for the later check."""
         digest = file_digest(data)
         return StagedFile(self.write_bytes(name, data), digest["size"], digest["sha256"])
 

@@ -9,7 +9,9 @@ Tables
   (``plugins.engine.reaper``) reads to tell a live run from a killed one.
 - ``tributary_run_items``: item-level lineage, one row per (run, item): action and reason,
   versions before/after, hash, sizes, parser/chunker, chunk ids added/kept/removed, stage
-  timings, error. Re-running a task rewrites its rows (primary key), never duplicates them.
+  timings, error; for an embedded item the model and, per chunk, whether its vector was computed
+  this run or reused from the index (and which chunks the model truncated). Re-running a task
+  rewrites its rows (primary key), never duplicates them.
 
 Everything written here is written by the *commit* stage, after the index write succeeded.
 """
@@ -103,6 +105,11 @@ run_items_table = sa.Table(
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
     # the parser's warnings (needs_ocr, truncated ...); added to older DBs by _add_missing_columns
     sa.Column("warnings", sa.JSON),
+    # embedding (issue 22): the model, chunk ids whose vector was computed / reused, truncations
+    sa.Column("embedding_model", sa.String(200)),
+    sa.Column("chunks_embedded", sa.JSON),
+    sa.Column("chunks_vector_reused", sa.JSON),
+    sa.Column("chunks_truncated", sa.JSON),
 )
 sa.Index("run_items_source_key", run_items_table.c.source, run_items_table.c.item_key)
 
@@ -161,6 +168,11 @@ class RunItem:
     stage_ms: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     warnings: dict[str, Any] | None = None
+    embedding_model: str | None = None
+    chunks_embedded: list[str] = field(default_factory=list)
+    chunks_vector_reused: list[str] = field(default_factory=list)
+    # [{"chunk_id", "tokens", "kept"}]: chunks longer than the model takes, as the model cut them
+    chunks_truncated: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _create_tables(engine: Engine, attempts: int = 3) -> None:

@@ -5,7 +5,10 @@ sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--win
                               run a sync in-process (same stages as the DAG); each --only-key is
                               canonicalised by the source's connector (a page URL may be relative
                               to the first seed, a file path relative to the root)
-search QUERY [--source S]     BM25 search of the index, with each hit's lineage
+search QUERY [--source S] [--mode bm25|vector|hybrid]
+                              search the index (default BM25), with each hit's run, source
+                              version and lineage; vector/hybrid embed the query with the
+                              source's model (--source, or the only source with embedding)
 runs [--source S]             recent runs with their counts
 reap [--source S]             mark runs that died while "running" failed, remove their staging
                               (in-process runs; ``python -m plugins.tributary_airflow.cli reap``
@@ -26,14 +29,15 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from include.config import IndexConfig, load_sources_report
-from include.index import IndexBackend, open_index
+from include.config import load_sources_report
+from include.index.base import SEARCH_MODES
 from include.settings import get_settings
 from include.stores import StateStore, open_state_store
 from plugins.connectors.base import validate_source_options
 from plugins.engine import get_source, run_pipeline
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
 from plugins.engine.reaper import DagRunState, reap_stale_runs
+from plugins.engine.search import SearchError, search_index
 
 __all__ = ["DagRunStateFactory", "main"]
 
@@ -54,10 +58,6 @@ def _default(value: Any) -> Any:
 
 def _emit(obj: Any, as_json: bool, text: str) -> None:
     print(json.dumps(obj, default=_default, ensure_ascii=False, indent=2) if as_json else text)
-
-
-def _index_for(source: str | None) -> IndexBackend:
-    return open_index(get_source(source).index if source else IndexConfig())
 
 
 def cmd_sources(args: argparse.Namespace) -> int:
@@ -86,16 +86,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    index = _index_for(args.source)
+    sources = load_sources_report(get_settings().sources_file, validate_source_options)[0]
     try:
-        hits = index.search(args.query, k=args.k, source=None)
-    finally:
-        index.close()
+        hits = search_index(sources, args.query, k=args.k, source=args.source, mode=args.mode)
+    except SearchError as exc:
+        print(f"search: {exc}", file=sys.stderr)
+        return 2
     lines = []
-    for n, h in enumerate(hits, 1):
-        where = " > ".join(h.heading_path) if h.heading_path else ""
-        lines.append(f"{n}. [{h.score:.3f}] {h.title or ''} {where}\n   {h.url or h.doc_id}  (run {h.run_id})")
-        lines.append("   " + " ".join(h.text.split())[:240])
+    for h in hits:
+        where = " > ".join(h["heading_path"]) if h["heading_path"] else ""
+        lines.append(f"{h['rank']}. [{h['score']:.3f}] {h['title'] or ''} {where}\n   {h['url'] or h['doc_id']}")
+        lines.append(f"   run {h['run_id']}, version {h['doc_version']}, lineage: chunk {h['chunk_id']}")
+        lines.append("   " + " ".join(h["text"].split())[:240])
     _emit(hits, args.json, "\n".join(lines) or "no hits")
     return 0 if hits else 1
 
@@ -239,6 +241,7 @@ def build_parser(prog: str = "python -m plugins.engine.cli") -> argparse.Argumen
     p.add_argument("query")
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--source", help="source whose index to search (default: the default index)")
+    p.add_argument("--mode", choices=SEARCH_MODES, default="bm25", help="ranking (vector/hybrid embed the query)")
     p.set_defaults(fn=cmd_search)
     p = sub.add_parser("runs", parents=[common])
     p.add_argument("--source")

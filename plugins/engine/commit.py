@@ -37,7 +37,7 @@ from plugins.engine.retention import prune_source
 
 __all__ = ["MissingManifestsError", "abort_run", "commit_stage", "end_rebuild", "finish_stage", "missing_batches"]
 
-_STAGES = ("batch", "fetched", "parsed", "chunked", "upserted")
+_STAGES = ("batch", "fetched", "parsed", "chunked", "embedded", "upserted")
 
 
 class MissingManifestsError(RuntimeError):
@@ -73,7 +73,7 @@ def _refuse_incomplete(ctx: RunContext, plan: RunPlan) -> None:
     raise MissingManifestsError(
         f"run {ctx.run_id} of {ctx.source.source_id}: {len(missing)} of {len(plan.batches)} batches have no "
         f"upserted manifest: {described}; nothing was committed. Re-run those batches' fetch, parse, chunk "
-        f"and upsert tasks (map index = batch number), then commit.",
+        f"(embed) and upsert tasks (map index = batch number), then commit.",
         sorted(missing),
     )
 

@@ -148,6 +148,20 @@ def written_state(item: ItemRecord, sid: str, processing_hash: str, run_id: str)
     )
 
 
+def _embedding_lineage(item: ItemRecord) -> dict[str, Any]:
+    """The lineage fields of an embedded item: model, chunks computed / reused, truncations."""
+    embedded = item.embedded
+    if embedded is None or item.chunked is None:
+        return {}
+    reused = set(embedded.reused_chunk_ids)
+    return {
+        "embedding_model": embedded.model,
+        "chunks_embedded": [c for c in item.chunked.chunk_ids if c not in reused],
+        "chunks_vector_reused": list(embedded.reused_chunk_ids),
+        "chunks_truncated": [{"chunk_id": t.chunk_id, "tokens": t.tokens, "kept": t.kept} for t in embedded.truncated],
+    }
+
+
 def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) -> RunItem:
     content_hash, parsed, chunked, upserted = _written(item)
     return RunItem(
@@ -171,6 +185,7 @@ def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) ->
         chunks_removed=list(upserted.chunks_removed),
         stage_ms=dict(item.stage_ms),
         warnings=item.warnings,  # the parser's (needs_ocr ...)
+        **_embedding_lineage(item),
     )
 
 
@@ -188,6 +203,10 @@ def commit_written(items: Iterable[ItemRecord], sid: str, processing_hash: str, 
         book.counts["chunks_written"] += upserted.written
         book.counts["chunks_unchanged"] += upserted.unchanged_chunks
         book.counts["chunks_deleted"] += upserted.deleted_chunks
+        if item.embedded is not None:
+            book.counts["chunks_embedded"] += item.embedded.computed
+            book.counts["chunks_vector_reused"] += item.embedded.reused
+            book.counts["chunks_truncated"] += len(item.embedded.truncated)
 
 
 def failure_state(failure: ItemFailure, prior: ItemState | None, sid: str, run_id: str) -> tuple[ItemState, str]:
@@ -252,6 +271,7 @@ def record_skipped(skipped: Iterable[Skip], book: CommitBook) -> None:
 _ZEROS = (
     *("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"),
     *("chunks_written", "chunks_unchanged", "chunks_deleted"),
+    *("chunks_embedded", "chunks_vector_reused", "chunks_truncated"),
 )
 
 

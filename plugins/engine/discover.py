@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from include.config import SourceConfig
 from include.contract import ChangeKind
 from include.index import open_index
 from include.settings import get_settings
 from include.staging import StagingArea
 from include.stores import ItemState, StateStore
+from plugins.chunkers.registry import get_chunker
 from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
+from plugins.embedders.registry import provider_model_id
 from plugins.engine.commit_rules import rebuild_ends
 from plugins.engine.context import MassDeleteError, RunContext, closed_run, log
 from plugins.engine.manifests import read_plan, write_batch_manifest, write_plan
@@ -30,7 +33,18 @@ from plugins.engine.plan_rules import (
 )
 from plugins.engine.records import RunPlan
 
-__all__ = ["discover_stage", "open_connector"]
+__all__ = ["discover_stage", "open_connector", "processing_versions"]
+
+
+def processing_versions(source: SourceConfig) -> dict[str, Any]:
+    """What the processing hash needs beyond the configuration: the chunker's scheme version and
+    the embedding model (id and dimensions), so a new chunking scheme or model re-processes
+    every document once."""
+    versions: dict[str, Any] = {"chunker": get_chunker(source.chunker.name).version}
+    if source.embedding.enabled:
+        versions["embedding_model"] = provider_model_id(source.embedding)
+        versions["embedding_dimensions"] = source.embedding.dimensions
+    return versions
 
 
 def open_connector(ctx: RunContext) -> Connector:
@@ -131,7 +145,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
     if (planned := _already_planned(ctx, store, staging)) is not None:
         return planned
     states = store.items(source.source_id)
-    processing = source.processing_hash()
+    processing = source.processing_hash(processing_versions(source))
     found, request, forced = _discover(ctx, staging, states, processing)
     renames = apply_renames(states, forced, found.renames)
     limits = (source.engine_options.quarantine_after, request.max_items)

@@ -7,7 +7,8 @@ audit page in the Airflow UI (``plugins.tributary_airflow.ui``) both call these,
 - :func:`run_report`: one run, its counts, a tally of item actions and the items (filterable).
 - :func:`item_history`: an item's stored state and every run that touched it.
 - :func:`chunk_lineage`: a chunk id to the run that wrote it, the source version it came from
-  and the stages (parser, chunker, timings) it went through.
+  and the stages (parser, chunker, embedding model and whether its vector was computed or
+  reused, timings) it went through.
 - :func:`diff_runs`: what differs between two runs, item by item.
 - :func:`parser_warnings`: what a parser said it could not do (``needs_ocr`` ...), as the
   ``warnings`` field of an item's lineage row.
@@ -103,9 +104,12 @@ def list_runs(store: StateStore, source: str | None = None, limit: int = 50) -> 
     return [_run_row(r) for r in store.runs(source, limit=limit)]
 
 
+_EMBEDDING_LISTS = ("chunks_embedded", "chunks_vector_reused", "chunks_truncated")
+
+
 def _item_row(item: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = jsonable(dict(item))
-    for key in ("chunks_added", "chunks_kept", "chunks_removed"):
+    for key in ("chunks_added", "chunks_kept", "chunks_removed", *_EMBEDDING_LISTS):
         row[key] = row.get(key) or []
     row["stage_ms"] = row.get("stage_ms") or {}
     row["warnings"] = row.get("warnings") or {}
@@ -223,6 +227,7 @@ def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -
                 "stage_ms": lineage["stage_ms"],
                 "byte_size": lineage["byte_size"],
                 "warnings": lineage["warnings"],
+                "embedding": _chunk_embedding(lineage, chunk_id),
             }
             if lineage
             else None
@@ -230,6 +235,18 @@ def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -
         "lineage": lineage,
         "chunk": jsonable({k: v for k, v in chunk.items() if k not in ("text",)}) | {"text": chunk.get("text")},
     }
+
+
+def _chunk_embedding(lineage: Mapping[str, Any], chunk_id: str) -> dict[str, Any] | None:
+    """The model that embedded the chunk and whether its vector was computed by the run that
+    wrote it or reused from the index (None: the item was not embedded)."""
+    model = lineage.get("embedding_model")
+    if not model:
+        return None
+    computed, reused = lineage.get("chunks_embedded") or [], lineage.get("chunks_vector_reused") or []
+    vector = "computed" if chunk_id in computed else "reused" if chunk_id in reused else None
+    cut = next((t for t in lineage.get("chunks_truncated") or [] if t.get("chunk_id") == chunk_id), None)
+    return {"model": model, "vector": vector, "truncated": cut}
 
 
 def _version_key(version: Mapping[str, Any] | None) -> Any:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from include.contract import Change, RawDocument
+from include.contract import Change, Chunk, RawDocument
 from include.staging import StagingArea, StagingCorruptError
+from include.vectors import VectorFileError, VectorSet, decode_vectors
 from plugins.engine.records import (
     BatchManifest,
     ItemFailure,
@@ -34,7 +35,9 @@ __all__ = [
     "STAGING_CORRUPT",
     "ItemFailure",
     "corrupt_failure",
+    "load_chunks",
     "load_raw",
+    "load_vectors",
     "next_manifest_path",
     "read_batch",
     "read_plan",
@@ -155,3 +158,28 @@ def load_raw(item: ItemRecord) -> RawDocument:
         version=raw.version,
         metadata=dict(raw.metadata),
     )
+
+
+def load_chunks(item: ItemRecord) -> list[Chunk]:
+    """The chunks chunking staged for an item (:class:`StagingCorruptError` if they changed)."""
+    chunked = item.chunked
+    if chunked is None:
+        raise ValueError(f"item {item.item_key!r} was not chunked: it has no staged chunks")
+    return [Chunk.from_dict(c) for c in StagingArea.read_json_verified(chunked.file.path, chunked.file.digest())]
+
+
+def load_vectors(item: ItemRecord, chunks: list[Chunk]) -> VectorSet | None:
+    """The vectors the embedding stage staged for an item, one per chunk in chunk order; None for
+    an item of a source without embedding. A file that changed since, or that does not fit the
+    item's chunks, is a :class:`StagingCorruptError`."""
+    embedded = item.embedded
+    if embedded is None:
+        return None
+    data = StagingArea.read_verified(embedded.file.path, embedded.file.digest())
+    try:
+        vectors = decode_vectors(data)
+    except VectorFileError as exc:
+        raise StagingCorruptError(f"staged vectors {embedded.file.path}: {exc}") from None
+    if vectors.chunk_ids != [c.chunk_id for c in chunks] or vectors.model != embedded.model:
+        raise StagingCorruptError(f"staged vectors {embedded.file.path} do not match the item's chunks or model")
+    return vectors

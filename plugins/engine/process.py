@@ -1,4 +1,4 @@
-"""Stages 2-5 for one batch: fetch -> parse -> chunk -> upsert.
+"""Stages 2-5 for one batch: fetch -> parse -> chunk -> (embed, :mod:`plugins.engine.embed`) -> upsert.
 
 Each function takes the previous stage's manifest path and returns its own manifest path.
 One item's failure is recorded in the manifest (with its stage and reason) and never fails
@@ -24,7 +24,9 @@ from plugins.engine.lineage import parser_warnings
 from plugins.engine.manifests import (
     ItemFailure,
     corrupt_failure,
+    load_chunks,
     load_raw,
+    load_vectors,
     read_batch,
     read_stage_manifest,
     write_fetched_manifest,
@@ -169,11 +171,12 @@ def _doc_metadata(raw_metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _document_write(item: ItemRecord, source: SourceConfig, run_id: str) -> DocumentWrite:
-    """The index write of one chunked item (:class:`StagingCorruptError` if its chunks changed)."""
+    """The index write of one chunked item, with its vectors when it was embedded
+    (:class:`StagingCorruptError` if its chunks or vectors changed in staging)."""
     raw, parsed, chunked = item.raw, item.parsed, item.chunked
     if raw is None or parsed is None or chunked is None:
         raise ValueError(f"item {item.item_key!r} reached the upsert without being fetched, parsed and chunked")
-    chunks = [Chunk.from_dict(c) for c in StagingArea.read_json_verified(chunked.file.path, chunked.file.digest())]
+    chunks = load_chunks(item)
     prior_ids = set(item.prior.chunk_ids if item.prior else ())
     record = DocumentRecord(
         source=source.source_id,
@@ -187,7 +190,8 @@ def _document_write(item: ItemRecord, source: SourceConfig, run_id: str) -> Docu
         run_id=run_id,
         metadata=_doc_metadata(raw.metadata),
     )
-    return DocumentWrite(record, chunks, sorted(prior_ids - {c.chunk_id for c in chunks}))
+    stale = sorted(prior_ids - {c.chunk_id for c in chunks})
+    return DocumentWrite(record, chunks, stale, vectors=load_vectors(item, chunks))
 
 
 def _upsert_outcome(item: ItemRecord, write: DocumentWrite, result: UpsertResult) -> UpsertOutcome:
@@ -204,6 +208,8 @@ def _upsert_outcome(item: ItemRecord, write: DocumentWrite, result: UpsertResult
 
 
 def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callable[[], IndexBackend]) -> str:
+    """Write a batch's documents to the index; ``chunked_path`` is the batch's ``chunked``
+    manifest, or its ``embedded`` one for a source with embedding enabled."""
     manifest = read_stage_manifest(chunked_path)
     out = manifest.next("upserted")
     writes: list[DocumentWrite] = []

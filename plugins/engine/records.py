@@ -2,9 +2,12 @@
 
 A run is planned into ``discover.json`` (:class:`RunPlan`) and one ``batch-NNNN.json`` per batch
 (:class:`BatchManifest`); each later stage of a batch writes the same record type again
-(``fetched`` / ``parsed`` / ``chunked`` / ``upserted``), its :class:`ItemRecord` entries carrying
-one more outcome each (:class:`RawRef`, :class:`ParseOutcome`, :class:`ChunkOutcome`,
-:class:`UpsertOutcome`), so the last manifest of a batch is a complete account of it.
+(``fetched`` / ``parsed`` / ``chunked`` / ``embedded`` / ``upserted``), its :class:`ItemRecord`
+entries carrying one more outcome each (:class:`RawRef`, :class:`ParseOutcome`,
+:class:`ChunkOutcome`, :class:`EmbedOutcome`, :class:`UpsertOutcome`), so the last manifest of a
+batch is a complete account of it. ``embedded`` exists only for sources with embedding enabled;
+its outcome is optional (``None`` by default), so manifests written before it still read as
+schema version 2.
 
 Serialisation lives here only (:func:`encode`, :func:`decode`), through pydantic's validation of
 these dataclasses: a manifest that does not fit its record is refused with a
@@ -33,6 +36,7 @@ __all__ = [
     "BatchManifest",
     "ChunkOutcome",
     "Deletion",
+    "EmbedOutcome",
     "ItemFailure",
     "ItemRecord",
     "ManifestError",
@@ -44,6 +48,7 @@ __all__ = [
     "Skip",
     "Stage",
     "StagedRef",
+    "TruncatedChunk",
     "UpsertOutcome",
     "decode",
     "encode",
@@ -52,7 +57,7 @@ __all__ = [
 SCHEMA_VERSION = 2
 LEGACY_VERSION = 1  # the untyped dict manifests (no ``schema_version`` field)
 
-Stage = Literal["batch", "fetched", "parsed", "chunked", "upserted"]
+Stage = Literal["batch", "fetched", "parsed", "chunked", "embedded", "upserted"]
 
 
 class ManifestError(ValueError):
@@ -169,6 +174,29 @@ class ChunkOutcome:
     chunker_options_hash: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class TruncatedChunk:
+    """A chunk longer than the model takes: ``tokens`` in the model's tokenizer, ``kept`` seen."""
+
+    chunk_id: str
+    tokens: int
+    kept: int
+
+
+@dataclass(slots=True)
+class EmbedOutcome:
+    """An item's chunk vectors: the staged vector file (``include.vectors``, one row per chunk,
+    in chunk order) and how many rows were computed this run or reused from the index's cache."""
+
+    model: str
+    dimensions: int
+    file: StagedRef
+    computed: int
+    reused: int
+    reused_chunk_ids: list[str] = field(default_factory=list)
+    truncated: list[TruncatedChunk] = field(default_factory=list)
+
+
 @dataclass(slots=True)
 class UpsertOutcome:
     written: int
@@ -205,6 +233,7 @@ class ItemRecord:
     raw: RawRef | None = None
     parsed: ParseOutcome | None = None
     chunked: ChunkOutcome | None = None
+    embedded: EmbedOutcome | None = None  # only for a source with embedding enabled
     upserted: UpsertOutcome | None = None
     unchanged_reason: str | None = None  # why it went to ``unchanged`` after fetching
     stage_ms: dict[str, float] = field(default_factory=dict)

@@ -23,12 +23,14 @@ from plugins.connectors.base import Connector
 from plugins.engine.commit import abort_run
 from plugins.engine.context import RunContext, RunParams
 from plugins.engine.discover import open_connector
+from plugins.engine.embed import EmbedderFactory
 from plugins.engine.manifests import next_manifest_path
 from plugins.engine.steps import (
     ChunkStep,
     CommitStep,
     ConnectorOpener,
     DiscoverStep,
+    EmbedStep,
     FetchStep,
     FinishStep,
     ParseStep,
@@ -54,8 +56,13 @@ def run_pipeline(
     *,
     run_id: str | None = None,
     store: StateStore | None = None,
+    embedder_factory: EmbedderFactory | None = None,
 ) -> RunSummary:
-    """Sync ``source`` once, in-process. Raises what the Airflow tasks would raise."""
+    """Sync ``source`` once, in-process. Raises what the Airflow tasks would raise.
+
+    ``embedder_factory`` replaces the source's embedder (a benchmark's counting wrapper); the
+    embedding step runs only when the source has embedding enabled.
+    """
     run_params = params if isinstance(params, RunParams) else RunParams.from_mapping(params)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     ctx = RunContext(
@@ -69,7 +76,7 @@ def run_pipeline(
     try:
         plan = DiscoverStep(ctx).run(store)
         if not plan.closed:
-            _process_batches(ctx, store, plan.batches)
+            _process_batches(ctx, store, plan.batches, embedder_factory)
         commit = CommitStep(ctx, lambda: _open_index(source)).run(store)
         finish = FinishStep(ctx, commit.totals).run(store)
         return RunSummary(ctx.run_id, source.source_id, "success", finish.totals)
@@ -85,8 +92,11 @@ def _open_index(source: SourceConfig) -> IndexBackend:
     return open_index(source.index)
 
 
-def _process_batches(ctx: RunContext, store: StateStore, batches: list[str]) -> None:
-    """Fetch, parse, chunk and upsert each batch, over one connector for the whole run."""
+def _process_batches(
+    ctx: RunContext, store: StateStore, batches: list[str], embedder_factory: EmbedderFactory | None
+) -> None:
+    """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector."""
+    index_factory = lambda: _open_index(ctx.source)  # noqa: E731 - one opener for both steps
     with open_connector(ctx) as connector:
         shared = _shared(connector)
         for batch in batches:
@@ -94,8 +104,11 @@ def _process_batches(ctx: RunContext, store: StateStore, batches: list[str]) -> 
                 continue  # a resumed run: this batch reached the index already
             fetched = FetchStep(ctx, batch, shared).run(store)
             parsed = ParseStep(ctx, fetched.manifest).run(store)
-            chunked = ChunkStep(ctx, parsed.manifest).run(store)
-            UpsertStep(ctx, chunked.manifest, lambda: _open_index(ctx.source)).run(store)
+            to_upsert = ChunkStep(ctx, parsed.manifest).run(store).manifest
+            if ctx.source.embedding.enabled:
+                embedded = EmbedStep(ctx, to_upsert, index_factory, embedder_factory).run(store)
+                to_upsert = embedded.manifest
+            UpsertStep(ctx, to_upsert, index_factory).run(store)
             store.heartbeat(ctx.run_id, ctx.source.source_id)
 
 

@@ -1,6 +1,9 @@
 """The steps of a sync, one small class each, on one base.
 
-    DiscoverStep -> FetchStep (per batch) -> ParseStep -> ChunkStep -> UpsertStep -> CommitStep -> FinishStep
+    DiscoverStep -> FetchStep (per batch) -> ParseStep -> ChunkStep -> [EmbedStep] -> UpsertStep
+        -> CommitStep -> FinishStep
+
+(``EmbedStep`` only for a source with ``embedding`` enabled; a BM25-only source has no such step.)
 
 A step calls one stage function of the engine and returns a typed result. The base,
 :class:`Step`, owns what every step must do the same way, so no step (and no operator built on
@@ -40,6 +43,7 @@ from plugins.connectors.base import Connector, get_connector_class
 from plugins.engine.commit import commit_stage, finish_stage
 from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
+from plugins.engine.embed import EmbedderFactory, embed_stage, open_source_embedder
 from plugins.engine.manifests import next_manifest_path, read_stage_manifest
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.reaper import DagRunState, process_owner, reap_stale_runs, retains_raw
@@ -51,6 +55,7 @@ __all__ = [
     "CountsResult",
     "Dataset",
     "DiscoverStep",
+    "EmbedStep",
     "FetchStep",
     "FinishStep",
     "IndexFactory",
@@ -365,8 +370,33 @@ class ChunkStep(ManifestStep):
         return ManifestResult.of(chunk_stage(self.manifest, self.ctx.source))
 
 
+class EmbedStep(ManifestStep):
+    """Embed a batch's chunks whose text the index holds no vector of (the source's model).
+
+    ``embedder_factory`` opens the embedder (default: the source's, through the embedder
+    registry); it is called only when the batch has chunks to embed.
+    """
+
+    stage = "embed"
+    output = "embedded"
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        manifest: str,
+        index_factory: IndexFactory,
+        embedder_factory: EmbedderFactory | None = None,
+    ) -> None:
+        super().__init__(ctx, manifest)
+        self.index_factory = index_factory
+        self.embedder_factory = embedder_factory or (lambda: open_source_embedder(ctx.source))
+
+    def _execute(self, store: StateStore) -> ManifestResult:
+        return ManifestResult.of(embed_stage(self.manifest, self.ctx.source, self.index_factory, self.embedder_factory))
+
+
 class UpsertStep(ManifestStep):
-    """Write a batch's chunks to the source's index."""
+    """Write a batch's chunks (and vectors, after an :class:`EmbedStep`) to the source's index."""
 
     stage = "upsert"
     output = "upserted"
