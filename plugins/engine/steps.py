@@ -23,6 +23,7 @@ runner (:func:`plugins.engine.runner.run_pipeline`) runs the same classes in a l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -55,6 +56,7 @@ __all__ = [
     "CountsResult",
     "Dataset",
     "DiscoverStep",
+    "EmbedResult",
     "EmbedStep",
     "FetchStep",
     "FinishStep",
@@ -127,6 +129,27 @@ class ManifestResult(StepResult):
         if self.closed:  # nothing was handled (the manifest went with the run's staging)
             return {}
         return {"items": self.items, "unchanged": self.unchanged, "failed": self.failed}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbedResult(ManifestResult):
+    """An embedding step's manifest, with how many chunk vectors it computed and reused."""
+
+    chunks_embedded: int = 0
+    chunks_vector_reused: int = 0
+
+    def counts(self) -> dict[str, Any]:
+        if self.closed:
+            return {}
+        return {
+            **ManifestResult.counts(self),
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_vector_reused": self.chunks_vector_reused,
+        }
+
+
+def _fields(result: ManifestResult) -> dict[str, Any]:
+    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -392,7 +415,11 @@ class EmbedStep(ManifestStep):
         self.embedder_factory = embedder_factory or (lambda: open_source_embedder(ctx.source))
 
     def _execute(self, store: StateStore) -> ManifestResult:
-        return ManifestResult.of(embed_stage(self.manifest, self.ctx.source, self.index_factory, self.embedder_factory))
+        path = embed_stage(self.manifest, self.ctx.source, self.index_factory, self.embedder_factory)
+        result = ManifestResult.of(path)
+        outcomes = [i.embedded for i in read_stage_manifest(path).items if i.embedded is not None]
+        embedded, reused = sum(o.computed for o in outcomes), sum(o.reused for o in outcomes)
+        return EmbedResult(**_fields(result), chunks_embedded=embedded, chunks_vector_reused=reused)
 
 
 class UpsertStep(ManifestStep):

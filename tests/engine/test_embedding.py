@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +23,11 @@ from include.stores import RunItem, open_state_store
 from plugins.embedders.base import EmbeddedTexts, Embedder, EmbeddingError, Truncation
 from plugins.embedders.registry import provider_model_id
 from plugins.engine import run_pipeline
-from plugins.engine.discover import processing_versions
+from plugins.engine.context import RunContext, RunParams
+from plugins.engine.discover import open_connector, processing_versions
 from plugins.engine.lineage import chunk_lineage
 from plugins.engine.records import BatchManifest, EmbedOutcome, StagedRef, TruncatedChunk, decode, encode
+from plugins.engine.steps import ChunkStep, DiscoverStep, EmbedStep, FetchStep, ParseStep
 
 DIMS = 8
 PARAGRAPHS = 12
@@ -319,3 +322,22 @@ def test_a_state_db_made_before_embedding_gains_the_lineage_columns(tributary_ho
         store.close()
     assert (row["embedding_model"], row["chunks_embedded"], row["chunks_vector_reused"]) == ("m", ["c1"], ["c2"])
     assert row["chunks_truncated"] == cut
+
+
+def test_the_embed_step_reports_its_counts_for_lineage(tributary_home: Path, notes: Path) -> None:
+    src = _source(notes)
+    embedder = HashEmbedder(_model(src))
+    ctx = RunContext(source=src, run_id="inline__steps", params=RunParams.from_mapping({}), run_type="inline")
+    store = open_state_store()
+    try:
+        plan = DiscoverStep(ctx).run(store)
+        with open_connector(ctx) as connector:
+            fetched = FetchStep(ctx, plan.batches[0], lambda: nullcontext(connector)).run(store)
+        chunked = ChunkStep(ctx, ParseStep(ctx, fetched.manifest).run(store).manifest).run(store)
+        step = EmbedStep(ctx, chunked.manifest, lambda: open_index(src.index), lambda: embedder)
+        step.run(store)
+    finally:
+        store.close()
+    counts = step.lineage().counts
+    assert counts["items"] == 2 and counts["chunks_embedded"] == embedder.embedded > 0
+    assert counts["chunks_vector_reused"] == 0 and step.lineage().stage == "embed"
