@@ -9,6 +9,11 @@ Write order (the ``IndexBackend`` contract): a document's new chunks go first; i
 are deleted only once every one of its writes is confirmed. A document with nothing to write
 (its text shrank, the kept chunks are unchanged) gets its deletes in the first bulk, so the
 common cases need a single round trip.
+
+Vectors ride in the chunk's index op (``embedding``, ``embedding_model``). A kept chunk (same
+text and place) is not re-sent: when only its ``sequence`` moved, or its vector is missing or
+of another model, a partial ``update`` carries just that (``update_op``); a chunk whose write
+has no vector loses its stored one by a script update. Both count as unchanged, not written.
 """
 
 from __future__ import annotations
@@ -20,15 +25,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import streaming_bulk
 
 from include.contract import Chunk
-from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD
+from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD, VECTOR_FIELD
+from include.index._es_vectors import kept_update, vector_json
+from include.index._vector_checks import VectorWriteError, document_vectors
 from include.index.base import DocumentRecord, DocumentWrite
 
 __all__ = [
     "STAMP_FIELDS",
+    "STATE_FIELDS",
     "BulkOp",
     "BulkReport",
     "ItemOutcome",
@@ -42,6 +52,8 @@ __all__ = [
     "run_bulk",
     "source_to_record",
     "stored_stamp",
+    "stored_state",
+    "update_op",
 ]
 
 log = logging.getLogger("include.index.elasticsearch")
@@ -82,8 +94,12 @@ def _positions(chunk: Chunk) -> tuple[list[int], list[list[int]], list[int]]:
     return pages, boxes, tops
 
 
-def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) -> dict[str, Any]:
-    """The ``_source`` stored for one chunk. Every key is a field of ``_es_mapping``."""
+def build_chunk_source(
+    chunk: Chunk, doc: DocumentRecord, *, updated_at: str, embedding_model: str | None = None
+) -> dict[str, Any]:
+    """The ``_source`` stored for one chunk (its vector aside: ``index_op`` appends it).
+
+    Every key is a field of ``_es_mapping``."""
     pages, boxes, tops = _positions(chunk)
     meta = {**doc.metadata, **chunk.metadata}
     title = doc.title or ""
@@ -123,6 +139,7 @@ def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) ->
         "chunker": meta.get("chunker"),
         "chunker_version": meta.get("chunker_version"),
         "chunker_options_hash": meta.get("chunker_options_hash"),
+        "embedding_model": embedding_model,
     }
     src.update({k: (str(v) if not isinstance(v, str) else v) for k, v in optional.items() if v is not None})
     return src
@@ -135,11 +152,20 @@ def build_chunk_source(chunk: Chunk, doc: DocumentRecord, *, updated_at: str) ->
 # A chunk an older release stored has no ``text_hash`` (see ``_es_mapping.LEGACY_TEXT_HASH_FIELD``):
 # its stamp never matches, so it is rewritten once, under the new name.
 STAMP_FIELDS = ("text_hash", "url", "title")
+# What a kept chunk may need updated without a rewrite: its place in the document (chunk ids
+# follow content, so an insertion shifts the chunks after it) and its vector's model.
+STATE_FIELDS = ("sequence", "embedding_model")
 
 
 def stored_stamp(src: Mapping[str, Any]) -> tuple[Any, ...]:
     """The stamp of a stored ``_source`` (fetch it with ``source_includes=STAMP_FIELDS``)."""
     return tuple(src.get(name) for name in STAMP_FIELDS)
+
+
+def stored_state(src: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """(sequence, embedding model) of a stored ``_source`` (fetched with ``STATE_FIELDS``)."""
+    seq = src.get("sequence")
+    return (int(seq) if seq is not None else None, src.get("embedding_model"))
 
 
 def chunk_stamp(chunk: Chunk, doc: DocumentRecord) -> tuple[Any, ...]:
@@ -162,6 +188,8 @@ def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
     out.setdefault("text_hash", legacy)
     for key in ("title", "url", "media_type", "doc_version", "doc_content_hash", "run_id"):
         out.setdefault(key, None)
+    out.pop(VECTOR_FIELD, None)  # a record, not the vector (``vectors_for`` reads those)
+    out.setdefault("embedding_model", None)
     out.setdefault("heading_path", [])
     out.setdefault("positions", [])
     out.setdefault("metadata", {})
@@ -173,18 +201,24 @@ def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(slots=True, frozen=True)
 class BulkOp:
-    """One bulk action: an index of a chunk (its ``_source`` already serialised) or a delete."""
+    """One bulk action: an index of a chunk (its ``_source`` already serialised), a partial
+    update of a kept chunk, or a delete."""
 
-    kind: str  # "index" | "delete"
+    kind: str  # "index" | "update" | "delete"
     doc_id: str
     chunk_id: str
     index: str
-    body: bytes | None = None  # the index op's serialised _source; None for a delete
+    body: bytes | None = None  # the serialised _source or update body; None for a delete
+    # an update's body as the helper takes it ({"doc": ...} or {"script": ...}); it serialises
+    # it with the client's JSON serializer, which writes what ``_dumps`` wrote into ``body``
+    update: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def action(self) -> dict[str, Any]:
         """The action as ``streaming_bulk`` takes it (its ``expand_action`` builds the header)."""
         action: dict[str, Any] = {"_op_type": self.kind, "_index": self.index, "_id": self.chunk_id}
-        if self.body is not None:
+        if self.update is not None:
+            action.update(self.update)
+        elif self.body is not None:
             action["_source"] = self.body  # bytes go out as they are: serialised once, here
         return action
 
@@ -204,9 +238,26 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def index_op(index: str, chunk: Chunk, doc: DocumentRecord, *, updated_at: str) -> BulkOp:
-    body = build_chunk_source(chunk, doc, updated_at=updated_at)
-    return BulkOp("index", doc.doc_id, chunk.chunk_id, index, _dumps(body))
+def index_op(
+    index: str,
+    chunk: Chunk,
+    doc: DocumentRecord,
+    *,
+    updated_at: str,
+    vector: npt.NDArray[np.float32] | None = None,
+    model: str | None = None,
+) -> BulkOp:
+    body = _dumps(
+        build_chunk_source(chunk, doc, updated_at=updated_at, embedding_model=model if vector is not None else None)
+    )
+    if vector is not None:
+        body = body[:-1] + b',"' + VECTOR_FIELD.encode() + b'":' + vector_json(vector) + b"}"
+    return BulkOp("index", doc.doc_id, chunk.chunk_id, index, body)
+
+
+def update_op(index: str, doc_id: str, chunk_id: str, update: Mapping[str, Any]) -> BulkOp:
+    """A partial update of a kept chunk (``{"doc": {...}}`` or ``{"script": {...}}``)."""
+    return BulkOp("update", doc_id, chunk_id, index, _dumps(update), update)
 
 
 def delete_op(index: str, doc_id: str, chunk_id: str) -> BulkOp:
@@ -219,9 +270,10 @@ def delete_op(index: str, doc_id: str, chunk_id: str) -> BulkOp:
 @dataclass(slots=True)
 class DocPlan:
     doc_id: str
-    index_ops: list[BulkOp] = field(default_factory=list)
+    index_ops: list[BulkOp] = field(default_factory=list)  # rewrites and partial updates
     delete_ops: list[BulkOp] = field(default_factory=list)
     unchanged: int = 0
+    error: str | None = None  # the document cannot be written at all (nothing is sent for it)
 
 
 @dataclass(slots=True)
@@ -249,32 +301,59 @@ def plan_writes(
     index: str,
     existing: Mapping[str, tuple[Any, ...]],
     existing_ids: Mapping[str, set[str]] | None = None,
+    states: Mapping[str, tuple[int | None, str | None]] | None = None,
+    index_dims: int | None = None,
     updated_at: str,
 ) -> WritePlan:
-    """Decide, per document, which chunks to (re)write and which to delete.
+    """Decide, per document, which chunks to (re)write, update or delete.
 
     ``existing`` maps chunk ids present in the target index to their :func:`stored_stamp`; a
     chunk is skipped only when its :func:`chunk_stamp` is the same (same text, URL and title);
     ``existing_ids`` maps doc ids to the chunk ids the index holds for them (a safety net beside
     the state store's ``stale_chunk_ids``: ids left behind by an earlier failed run go too).
+    ``states`` (chunk id -> :func:`stored_state`) lets a kept chunk get a partial update of its
+    sequence and vector; ``index_dims`` is the vector size the target maps (a write with vectors
+    of another size fails, as does one whose vectors are incomplete or not finite).
     """
     existing_ids = existing_ids or {}
     plans: list[DocPlan] = []
     for write in writes:
         doc = write.document
         plan = DocPlan(doc.doc_id)
+        plans.append(plan)
+        try:
+            vectors = _checked_vectors(write, index_dims)
+        except VectorWriteError as exc:
+            plan.error = str(exc)
+            continue
+        model = write.vectors.model if write.vectors is not None else None
         keep: set[str] = set()
         for chunk in write.chunks:
             keep.add(chunk.chunk_id)
+            vector = vectors[chunk.chunk_id] if vectors is not None else None
             if existing.get(chunk.chunk_id) == chunk_stamp(chunk, doc):
                 plan.unchanged += 1
+                stored = (states or {}).get(chunk.chunk_id)
+                update = kept_update(chunk.sequence, stored, model, vector) if stored is not None else None
+                if update is not None:
+                    plan.index_ops.append(update_op(index, doc.doc_id, chunk.chunk_id, update))
                 continue
-            plan.index_ops.append(index_op(index, chunk, doc, updated_at=updated_at))
+            plan.index_ops.append(index_op(index, chunk, doc, updated_at=updated_at, vector=vector, model=model))
         # An id the index never had only costs a 404 item, which counts as done.
         stale = (set(write.stale_chunk_ids) | existing_ids.get(doc.doc_id, set())) - keep
         plan.delete_ops.extend(delete_op(index, doc.doc_id, cid) for cid in sorted(stale))
-        plans.append(plan)
     return WritePlan(plans)
+
+
+def _checked_vectors(write: DocumentWrite, index_dims: int | None) -> dict[str, npt.NDArray[np.float32]] | None:
+    vectors = document_vectors(write)
+    if write.vectors is not None and write.vectors.dimensions != index_dims:
+        held = f"holds {index_dims}-dimension vectors" if index_dims else "has no vector mapping"
+        raise VectorWriteError(
+            f"the index {held}; this document's vectors (model {write.vectors.model!r}) have "
+            f"{write.vectors.dimensions}: one index holds one vector size (rebuild it to change models)"
+        )
+    return vectors
 
 
 # --------------------------------------------------------------------------- responses
@@ -316,7 +395,7 @@ class BulkReport:
     def record(self, op: BulkOp, outcome: ItemOutcome) -> None:
         if not outcome.ok:
             self.fail(op, outcome.error or "failed")
-        elif op.kind == "index":
+        elif op.kind == "index":  # an update is of a kept chunk: counted unchanged by the plan
             self.written[op.doc_id] = self.written.get(op.doc_id, 0) + 1
         elif outcome.deleted:
             self.deleted[op.doc_id] = self.deleted.get(op.doc_id, 0) + 1

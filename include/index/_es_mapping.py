@@ -16,6 +16,11 @@ Pure functions only (no client). The mapping carries two vocabularies side by si
 ``content_with_weight`` is kept in ``_source`` but not indexed itself; it is copied into
 ``content_ltks`` and ``content_sm_ltks`` (``copy_to``) so the text is stored once and searched
 through both analyzers, the way MemoryBear's retrievers query it.
+
+Vectors: ``embedding`` (``dense_vector``, cosine) is not in the template, since its ``dims``
+are only known once a source writes vectors: ``vector_properties`` maps it on a generation at
+its first vector write (or when a scoped rebuild's new generation copies the live one's), with
+``index_options`` chosen by size (see there). ``embedding_model`` (keyword) is always mapped.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ from typing import Any
 __all__ = [
     "LEGACY_TEXT_HASH_FIELD",
     "MAPPED_FIELDS",
+    "MAX_VECTOR_DIMS",
     "RENAME_LEGACY_FIELDS",
     "SEARCH_FIELDS",
+    "VECTOR_FIELD",
     "index_mappings",
     "index_settings",
     "index_template",
@@ -36,6 +43,8 @@ __all__ = [
     "rebuild_alias",
     "template_name",
     "validate_alias",
+    "vector_dims_of",
+    "vector_properties",
 ]
 
 # Bumped when the mapping changes incompatibly; stored in the mapping's _meta.
@@ -87,9 +96,16 @@ _PROPERTIES: dict[str, dict[str, Any]] = {
     # so no source can blow up the mapping (mapping explosion), and leaves stay term-searchable.
     "metadata": {"type": "flattened", "ignore_above": 1024},
     "updated_at": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
+    "embedding_model": _KEYWORD,  # the model of the chunk's vector (absent: no vector)
 }
 
-MAPPED_FIELDS = frozenset(_PROPERTIES)
+VECTOR_FIELD = "embedding"
+MAX_VECTOR_DIMS = 4096  # dense_vector's limit for indexed float vectors (ES 8.11+ and 9.x)
+# At and above this size Elasticsearch 8.14+ defaults to int8 scalar quantisation (int8_hnsw:
+# ~4x less memory, recall close to float); below it plain HNSW on floats costs little anyway.
+_QUANTIZE_FROM_DIMS = 384
+
+MAPPED_FIELDS = frozenset(_PROPERTIES) | {VECTOR_FIELD}
 
 # What the chunk's ``text_hash`` field was called in indexes written before the rename (the name
 # now means a document's hash only, stored as ``doc_content_hash``). What an old index does:
@@ -148,6 +164,32 @@ def index_mappings() -> dict[str, Any]:
         "_meta": {"tributary_schema": SCHEMA_VERSION},
         "properties": {name: dict(spec) for name, spec in _PROPERTIES.items()},
     }
+
+
+def vector_properties(dims: int) -> dict[str, Any]:
+    """The ``embedding`` mapping for ``dims``-dimension vectors (put on a generation at its first vector write)."""
+    if not 1 <= dims <= MAX_VECTOR_DIMS:
+        raise ValueError(f"Elasticsearch indexes dense vectors of 1 to {MAX_VECTOR_DIMS} dimensions, not {dims}")
+    index_type = "int8_hnsw" if dims >= _QUANTIZE_FROM_DIMS else "hnsw"
+    return {
+        VECTOR_FIELD: {
+            "type": "dense_vector",
+            "element_type": "float",
+            "dims": dims,
+            "index": True,
+            "similarity": "cosine",
+            "index_options": {"type": index_type},
+        }
+    }
+
+
+def vector_dims_of(get_mapping_body: dict[str, Any]) -> int | None:
+    """The ``embedding`` size a ``get_mapping`` answer maps (None: no vector mapped yet)."""
+    for index_mapping in get_mapping_body.values():
+        spec = (index_mapping.get("mappings") or {}).get("properties", {}).get(VECTOR_FIELD)
+        if spec and spec.get("dims") is not None:
+            return int(spec["dims"])
+    return None
 
 
 def index_settings(*, shards: int = 1, replicas: int = 0, refresh_interval: str | None = None) -> dict[str, Any]:

@@ -15,6 +15,12 @@ Rejections (429, ``es_rejected_execution_exception``) and 5xx answers are retrie
 bulk items by the helper, other requests by tenacity (``_es_client``); whatever still fails is
 returned per document in ``UpsertResult``, never raised for the batch.
 
+Vectors (``_es_vectors``): a ``dense_vector`` field mapped on a generation at its first vector
+write, sized by it; kNN search; hybrid search fused by Tributary (RRF), since ES's own ``rrf``
+retriever needs a paid licence. A scoped rebuild's new generation copies the live vector mapping
+(the other sources' chunks are carried over with their vectors); a full rebuild takes its size
+from its first vector write, so a rebuild can change models.
+
 Connection: ``options.url`` or ``$ELASTICSEARCH_URL`` (credentials may be in the URL; an API key
 in ``$ELASTICSEARCH_API_KEY``), else the Airflow connection ``options.conn_id`` (default
 ``elasticsearch_default``) read through ``include.connections`` (``_es_client``).
@@ -32,29 +38,37 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import version
 from typing import Any, Self, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from include.config import IndexConfig
 from include.index._es_bulk import (
     STAMP_FIELDS,
+    STATE_FIELDS,
     BulkReport,
     plan_writes,
     run_bulk,
     source_to_record,
     stored_stamp,
+    stored_state,
 )
 from include.index._es_client import bulk_client, client_from_options, request_retrying
+from include.index._es_generations import Generations
 from include.index._es_mapping import (
     LEGACY_TEXT_HASH_FIELD,
-    RENAME_LEGACY_FIELDS,
+    MAX_VECTOR_DIMS,
     SEARCH_FIELDS,
+    VECTOR_FIELD,
     index_mappings,
-    index_template,
     physical_index_name,
-    rebuild_alias,
     validate_alias,
+    vector_properties,
 )
-from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
+from include.index._vector_checks import query_array
+from include.index.base import DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
+from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
 
 __all__ = ["ElasticsearchIndex", "client_from_options", "request_retrying"]
 
@@ -66,10 +80,12 @@ _REFRESH_POLICIES: dict[str, bool | str] = {"false": False, "true": True, "wait_
 _CLIENT_VERSION = version("elasticsearch")
 _MGET_SLICE = 1000
 _PAGE = 5000
-_REBUILD_META_KEY = "tributary_rebuild_source"
+_CACHE_BATCH = 500  # text hashes per vector cache lookup
+# never returned by a search or get_chunk: analysed copies, position projections, the vector
+_HIT_EXCLUDES = ["title_tks", "title_sm_tks", "position_int", "page_num_int", "top_int", VECTOR_FIELD]
 
 
-class ElasticsearchIndex(IndexBackend):
+class ElasticsearchIndex(Generations, IndexBackend):
     backend_name = "elasticsearch"
 
     def __init__(
@@ -102,6 +118,7 @@ class ElasticsearchIndex(IndexBackend):
         self.max_backoff = max_backoff
         self._client = client
         self._owns_client = owns_client
+        self._server_version: tuple[int, ...] = ()
         # Retries are ours (tenacity); the transport's own would multiply them.
         self._es = client.options(max_retries=0, retry_on_timeout=False, request_timeout=request_timeout)
         self._retrying = request_retrying(
@@ -136,12 +153,6 @@ class ElasticsearchIndex(IndexBackend):
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return self._retrying.copy()(fn, *args, **kwargs)
 
-    def _put_template(self) -> None:
-        self._call(
-            self._es.indices.put_index_template,
-            **index_template(self.alias, shards=self.shards, replicas=self.replicas),
-        )
-
     def check_server(self) -> str:
         """The server's version; refuses a server whose major version is not the client's.
 
@@ -163,6 +174,7 @@ class ElasticsearchIndex(IndexBackend):
                 f"Elasticsearch server {number} does not match the client's major version "
                 f"{_CLIENT_VERSION}; run Elasticsearch {client_major}.x"
             )
+        self._server_version = tuple(int(p) for p in number.split("-")[0].split(".") if p.isdigit())
         return number
 
     def ensure_index(self) -> None:
@@ -180,29 +192,6 @@ class ElasticsearchIndex(IndexBackend):
                 "(reindex it elsewhere or configure another index name)"
             )
         self._create(physical_index_name(self.alias, "0"), {self.alias: {"is_write_index": True}})
-
-    def _create(self, index: str, aliases: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
-        # The template supplies settings and mappings; the explicit mapping _meta marks rebuilds.
-        kwargs: dict[str, Any] = {"index": index, "aliases": aliases}
-        if meta:
-            kwargs["mappings"] = {"_meta": meta}
-        try:
-            self._call(self._es.indices.create, **kwargs)
-        except BadRequestError as exc:
-            # Two workers opening a fresh cluster race to create generation 0: both are fine.
-            if exc.error != "resource_already_exists_exception":
-                raise
-
-    def _rebuild_target(self) -> tuple[str, str | None] | None:
-        """(physical index, source it rebuilds or None for all) when a rebuild is in progress."""
-        try:
-            found = self._call(self._es.indices.get_alias, name=rebuild_alias(self.alias))
-        except NotFoundError:
-            return None
-        index = next(iter(found.body))
-        mapping = self._call(self._es.indices.get_mapping, index=index).body
-        meta = mapping.get(index, {}).get("mappings", {}).get("_meta", {}) or {}
-        return index, meta.get(_REBUILD_META_KEY)
 
     # ------------------------------------------------------------------------------ writes
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:
@@ -224,12 +213,15 @@ class ElasticsearchIndex(IndexBackend):
 
     def _upsert_into(self, target: str, writes: list[DocumentWrite]) -> list[UpsertResult]:
         try:
-            stamps = self._existing_stamps(target, [c.chunk_id for w in writes for c in w.chunks])
+            stamps, states = self._existing_stamps(target, [c.chunk_id for w in writes for c in w.chunks])
             ids = self._existing_ids(target, [w.document.doc_id for w in writes])
+            dims = self._ensure_vector_mapping(target, writes)
         except Exception as exc:
             return [UpsertResult(w.document.doc_id, ok=False, error=f"elasticsearch: {exc}") for w in writes]
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        plan = plan_writes(writes, index=target, existing=stamps, existing_ids=ids, updated_at=now)
+        plan = plan_writes(
+            writes, index=target, existing=stamps, existing_ids=ids, states=states, index_dims=dims, updated_at=now
+        )
         report = BulkReport()
         bulk = functools.partial(
             run_bulk,
@@ -246,7 +238,7 @@ class ElasticsearchIndex(IndexBackend):
         bulk(plan.second_wave(set(report.errors)))  # stale chunks of documents whose writes all landed
         results = []
         for p in plan.docs:
-            errors = report.errors.get(p.doc_id)
+            errors = [f"elasticsearch: {p.error}"] if p.error else report.errors.get(p.doc_id)
             results.append(
                 UpsertResult(
                     doc_id=p.doc_id,
@@ -261,17 +253,42 @@ class ElasticsearchIndex(IndexBackend):
             )
         return results
 
-    def _existing_stamps(self, index: str, chunk_ids: list[str]) -> dict[str, tuple[Any, ...]]:
-        """Stored chunk id -> :func:`stored_stamp` (text hash, URL, title), for the skip decision."""
-        found: dict[str, tuple[Any, ...]] = {}
+    def _existing_stamps(
+        self, index: str, chunk_ids: list[str]
+    ) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[int | None, str | None]]]:
+        """Stored chunk id -> :func:`stored_stamp` (text hash, URL, title), for the skip decision,
+        and -> :func:`stored_state` (sequence, vector model), for a kept chunk's partial update."""
+        stamps: dict[str, tuple[Any, ...]] = {}
+        states: dict[str, tuple[int | None, str | None]] = {}
         for i in range(0, len(chunk_ids), _MGET_SLICE):
             resp = self._call(
-                self._es.mget, index=index, ids=chunk_ids[i : i + _MGET_SLICE], source_includes=list(STAMP_FIELDS)
+                self._es.mget,
+                index=index,
+                ids=chunk_ids[i : i + _MGET_SLICE],
+                source_includes=[*STAMP_FIELDS, *STATE_FIELDS],
             )
             for d in resp.body["docs"]:
                 if d.get("found"):
-                    found[d["_id"]] = stored_stamp(d.get("_source") or {})
-        return found
+                    src = d.get("_source") or {}
+                    stamps[d["_id"]] = stored_stamp(src)
+                    states[d["_id"]] = stored_state(src)
+        return stamps, states
+
+    def _ensure_vector_mapping(self, target: str, writes: Sequence[DocumentWrite]) -> int | None:
+        """The target's vector size; the first write with vectors maps it when nothing has yet.
+
+        Writes whose vectors have another size then fail in the plan (one index, one size); two
+        workers mapping the same size at once is harmless (an identical mapping update).
+        """
+        sizes = [w.vectors.dimensions for w in writes if w.vectors is not None]
+        if not sizes:
+            return None
+        dims = self._vector_dims(target)
+        fits = [d for d in sizes if d <= MAX_VECTOR_DIMS]
+        if dims is None and fits:
+            dims = fits[0]
+            self._call(self._es.indices.put_mapping, index=target, properties=vector_properties(dims))
+        return dims
 
     def _existing_ids(self, index: str, doc_ids: list[str]) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {d: set() for d in doc_ids}
@@ -281,9 +298,11 @@ class ElasticsearchIndex(IndexBackend):
         return out
 
     def _scan(
-        self, index: str, query: Mapping[str, Any], fields: list[str] | None
+        self, index: str, query: Mapping[str, Any], fields: list[str] | None, source: Any = None
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """All hits of ``query`` by ``search_after`` on the chunk id (no scroll context to leak)."""
+        """All hits of ``query`` by ``search_after`` on the chunk id (no scroll context to leak).
+
+        ``source`` overrides the ``_source`` option ``fields`` makes (e.g. ``vector_source``)."""
         after: list[Any] | None = None
         while True:
             kwargs: dict[str, Any] = {
@@ -291,7 +310,7 @@ class ElasticsearchIndex(IndexBackend):
                 "query": query,
                 "size": _PAGE,
                 "sort": [{"chunk_id": "asc"}],
-                "source": fields if fields else False,
+                "source": source if source is not None else (fields if fields else False),
                 "track_total_hits": False,
             }
             if after is not None:
@@ -333,7 +352,33 @@ class ElasticsearchIndex(IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------ reads
-    def search(self, query: str, *, k: int = 10, source: str | None = None) -> list[SearchHit]:
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 10,
+        source: str | None = None,
+        mode: SearchMode = "bm25",
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> list[SearchHit]:
+        """BM25, kNN (cosine similarity to ``query_vector``) or hybrid (both, fused by Tributary's RRF).
+
+        An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
+        ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
+        index's vectors is a ValueError.
+        """
+        check_search_mode(mode, query_vector)
+        if mode == "bm25":
+            return self._bm25(query, k, source)
+        assert query_vector is not None  # check_search_mode refused a vector search without one
+        if mode == "vector":
+            return self._nearest(query_vector, k, source)
+        # ES's rrf retriever would fuse server-side, but needs a paid licence: fuse here.
+        depth = hybrid_depth(k)
+        rankings = {"bm25": self._bm25(query, depth, source), "vector": self._nearest(query_vector, depth, source)}
+        return reciprocal_rank_fusion(rankings, k)
+
+    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         if not query.strip():
             return []
         hits = self._search(query, k, source, "and")
@@ -341,40 +386,41 @@ class ElasticsearchIndex(IndexBackend):
             hits = self._search(query, k, source, "or")
         return hits
 
+    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
+        query = query_array(query_vector)
+        dims = self._vector_dims(self.alias)
+        if dims is None or k <= 0:
+            return []  # nothing embedded in this index: the vector ranking is empty
+        if dims != query.shape[0]:
+            raise ValueError(
+                f"the query vector has {query.shape[0]} dimensions but the index {self.alias!r} holds "
+                f"{dims}-dimension vectors: embed the query with the model its chunks were embedded with"
+            )
+        resp = self._call(
+            self._es.search, index=self.alias, knn=knn_clause(query, k, source), size=k, source_excludes=_HIT_EXCLUDES
+        )
+        return [_hit(h, cosine_of_score(float(h["_score"] or 0.0))) for h in resp.body["hits"]["hits"]]
+
+    def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
+        hashes = list(dict.fromkeys(text_hashes))
+        found: dict[str, npt.NDArray[np.float32]] = {}
+        wanted = vector_source(self._server_version, ["text_hash", VECTOR_FIELD])
+        for i in range(0, len(hashes), _CACHE_BATCH):
+            query = cache_query(model, hashes[i : i + _CACHE_BATCH])
+            for _, src in self._scan(self.alias, query, None, source=wanted):
+                vector = src.get(VECTOR_FIELD)
+                if vector is not None and src.get("text_hash") not in found:
+                    found[src["text_hash"]] = np.asarray(vector, dtype=np.float32)
+        return found
+
     def _search(self, query: str, k: int, source: str | None, operator: str) -> list[SearchHit]:
         q: dict[str, Any] = {
             "bool": {"must": [{"multi_match": {"query": query, "fields": SEARCH_FIELDS, "operator": operator}}]}
         }
         if source:
             q["bool"]["filter"] = [{"term": {"source": source}}]
-        resp = self._call(
-            self._es.search,
-            index=self.alias,
-            query=q,
-            size=k,
-            source_excludes=["title_tks", "title_sm_tks", "position_int", "page_num_int", "top_int"],
-        )
-        out = []
-        for h in resp.body["hits"]["hits"]:
-            src = h["_source"]
-            out.append(
-                SearchHit(
-                    chunk_id=h["_id"],
-                    doc_id=src["doc_id"],
-                    source=src["source"],
-                    score=float(h["_score"] or 0.0),
-                    text=src.get("content_with_weight", ""),
-                    title=src.get("title"),
-                    url=src.get("url"),
-                    heading_path=list(src.get("heading_path") or []),
-                    run_id=src.get("run_id"),
-                    doc_version=src.get("doc_version"),
-                    # a chunk stored before the rename and not rewritten since has the old field
-                    text_hash=src.get("text_hash", src.get(LEGACY_TEXT_HASH_FIELD)),
-                    metadata=dict(src.get("metadata") or {}),
-                )
-            )
-        return out
+        resp = self._call(self._es.search, index=self.alias, query=q, size=k, source_excludes=_HIT_EXCLUDES)
+        return [_hit(h, float(h["_score"] or 0.0)) for h in resp.body["hits"]["hits"]]
 
     @staticmethod
     def _filter(source: str | None, doc_id: str | None) -> dict[str, Any]:
@@ -390,7 +436,7 @@ class ElasticsearchIndex(IndexBackend):
 
     def get_chunk(self, chunk_id: str) -> dict[str, Any] | None:
         try:
-            resp = self._call(self._es.get, index=self.alias, id=chunk_id)
+            resp = self._call(self._es.get, index=self.alias, id=chunk_id, source_excludes=[VECTOR_FIELD])
         except NotFoundError:
             return None
         return source_to_record(chunk_id, resp.body["_source"])
@@ -399,69 +445,28 @@ class ElasticsearchIndex(IndexBackend):
         """Make everything written so far searchable (for refresh=false bulk loads)."""
         self._call(self._es.indices.refresh, index=self.alias)
 
-    # ------------------------------------------------------------------------------ rebuild
-    def begin_rebuild(self, source: str | None = None) -> None:
-        """Start writing a new generation; readers keep the live one until ``finish_rebuild``.
-
-        ``source`` scopes the rebuild when several sources share the index: only that source's
-        writes go to the new generation, the others keep writing the live index and are copied
-        over when it is swapped in. Without it the whole index is rebuilt.
-        """
-        stale = self._rebuild_target()
-        if stale is not None:  # a rebuild that never finished (crashed run): start over
-            log.warning("dropping unfinished rebuild index %s", stale[0])
-            self._call(self._es.indices.delete, index=stale[0])
-        self._put_template()
-        generation = dt.datetime.now(dt.UTC).strftime("%Y%m%d%H%M%S%f")
-        meta = {_REBUILD_META_KEY: source} if source else None
-        self._create(
-            physical_index_name(self.alias, generation), {rebuild_alias(self.alias): {"is_write_index": True}}, meta
-        )
-
-    def finish_rebuild(self, success: bool) -> None:
-        rebuild = self._rebuild_target()
-        if rebuild is None:
-            return
-        new, scoped_source = rebuild
-        if not success:
-            self._call(self._es.indices.delete, index=new)
-            return
-        old = list(self._call(self._es.indices.get_alias, name=self.alias).body)
-        started = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        if scoped_source is not None:
-            self._carry_over(old, new, scoped_source, None)
-        self._call(self._es.indices.refresh, index=new)
-        actions: list[dict[str, Any]] = [{"remove": {"index": o, "alias": self.alias}} for o in old if o != new]
-        actions.append({"add": {"index": new, "alias": self.alias, "is_write_index": True}})
-        actions.append({"remove": {"index": new, "alias": rebuild_alias(self.alias)}})
-        self._call(self._es.indices.update_aliases, actions=actions)  # one atomic swap
-        if scoped_source is not None:
-            # Other sources kept writing the old generation until the swap: copy what changed
-            # since the first copy started (newer versions win; the swap is already done).
-            self._carry_over(old, new, scoped_source, started)
-        for o in old:
-            if o != new:
-                self._call(self._es.indices.delete, index=o)
-
-    def _carry_over(self, old: list[str], new: str, source: str, since: str | None) -> None:
-        """Copy the other sources' chunks from the live generation into the rebuilt one."""
-        query: dict[str, Any] = {"bool": {"must_not": [{"term": {"source": source}}]}}
-        if since is not None:
-            query["bool"]["filter"] = [{"range": {"updated_at": {"gte": since}}}]
-        for o in old:
-            self._call(self._es.indices.refresh, index=o)
-            self._call(
-                self._es.reindex,
-                source={"index": o, "query": query},
-                script=RENAME_LEGACY_FIELDS,  # the new generation's strict mapping lacks the old name
-                # first pass: the new generation holds only the rebuilt source, so "create"
-                # never clobbers; second pass: the old generation holds the newer version
-                dest={"index": new, "op_type": "create" if since is None else "index"},
-                conflicts="proceed",
-                wait_for_completion=True,
-                refresh=True,
-            )
-
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
+
+
+def _hit(h: Mapping[str, Any], score: float) -> SearchHit:
+    src = h["_source"]
+    seq = src.get("sequence")
+    return SearchHit(
+        chunk_id=h["_id"],
+        doc_id=src["doc_id"],
+        source=src["source"],
+        score=score,
+        text=src.get("content_with_weight", ""),
+        title=src.get("title"),
+        url=src.get("url"),
+        heading_path=list(src.get("heading_path") or []),
+        run_id=src.get("run_id"),
+        doc_version=src.get("doc_version"),
+        # a chunk stored before the rename and not rewritten since has the old field
+        text_hash=src.get("text_hash", src.get(LEGACY_TEXT_HASH_FIELD)),
+        metadata=dict(src.get("metadata") or {}),
+        sequence=int(seq) if seq is not None else None,
+        embedding_model=src.get("embedding_model"),
+    )

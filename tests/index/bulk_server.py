@@ -89,7 +89,7 @@ def _item(action: str, meta: Mapping[str, Any], status: int) -> dict[str, Any]:
     elif action == "delete":
         info["result"] = "deleted" if status == 200 else "not_found"
     else:
-        info["result"] = "created"
+        info["result"] = "updated" if action == "update" else "created"
     return {action: info}
 
 
