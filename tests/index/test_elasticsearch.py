@@ -17,7 +17,7 @@ from starlette.routing import Route
 from include.config import IndexConfig
 from include.index import open_index
 from include.index._es_mapping import physical_index_pattern, rebuild_alias, template_name
-from tests.index.helpers import make_write
+from tests.index.helpers import make_write, unit, with_vectors
 from tests.support.server import serve_asgi
 
 SRC = "web:demo"
@@ -111,6 +111,40 @@ def test_rebuild_scoped_to_one_source_keeps_the_other_sources(es_index, es_url: 
     admin = Elasticsearch(es_url)
     assert len(admin.indices.get(index=physical_index_pattern(alias)).body) == 1  # the old one is gone
     assert not admin.indices.exists_alias(name=rebuild_alias(alias))
+    admin.close()
+
+
+def test_rebuilds_keep_vectors_working(es_index, es_url: str) -> None:  # type: ignore[no-untyped-def]
+    """A scoped rebuild's new generation maps the live vector size and carries the other
+    sources' vectors over; a full rebuild takes its size from its first vector write."""
+    from elasticsearch import Elasticsearch
+
+    alias, idx = es_index
+    q = unit([1.0, 0.0, 0.0, 0.0])
+    mine = with_vectors(make_write(SRC, "a.html", ["mine"]), [[1.0, 0.1, 0.0, 0.0]])
+    theirs = with_vectors(make_write("feishu:wiki", "n1", ["theirs"]), [[1.0, 0.0, 0.0, 0.0]])
+    idx.upsert([mine, theirs])
+    admin = Elasticsearch(es_url)
+    [live] = admin.indices.get_mapping(index=alias).body.values()
+    assert live["mappings"]["properties"]["embedding"]["dims"] == 4
+    assert live["mappings"]["properties"]["embedding"]["index_options"]["type"] == "hnsw"
+    idx.begin_rebuild(source=SRC)
+    [res] = idx.upsert([mine])
+    assert res.ok and res.written == 1
+    idx.finish_rebuild(True)
+    assert [h.chunk_id for h in idx.search("", k=2, mode="vector", query_vector=q)] == [
+        theirs.chunks[0].chunk_id,
+        mine.chunks[0].chunk_id,
+    ]
+    assert set(idx.vectors_for("test:model@1", [theirs.chunks[0].text_hash])) == {theirs.chunks[0].text_hash}
+    # a full rebuild with another model of another size
+    idx.begin_rebuild()
+    wide = with_vectors(make_write(SRC, "a.html", ["mine"]), [[1.0] * 8], model="wide:model@1")
+    [res] = idx.upsert([wide])
+    assert res.ok, res.error
+    idx.finish_rebuild(True)
+    [hit] = idx.search("", k=1, mode="vector", query_vector=unit([1.0] * 8))
+    assert (hit.chunk_id, hit.embedding_model) == (wide.chunks[0].chunk_id, "wide:model@1")
     admin.close()
 
 
