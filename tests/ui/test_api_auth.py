@@ -129,3 +129,14 @@ def test_library_refuses_a_non_positive_limit(tributary_home: Path) -> None:
         assert len(list_runs(store, limit=1)) == 1
     finally:
         store.close()
+
+
+def test_search_answers_only_a_user_and_checks_its_mode(audit) -> None:
+    """Search hits quote the documents' text: no token, no hits; a bad ``mode`` is a 422 like ``limit``."""
+    url, token, _ = audit
+    assert _get(f"{url}/api/search", q="anything").status_code == 401
+    assert _get(f"{url}/search", q="anything").status_code == 401
+    resp = _get(f"{url}/api/search", token, q="anything", mode="semantic")
+    assert resp.status_code == 422 and "mode" in resp.text
+    resp = _get(f"{url}/api/search", token, q="anything")  # BM25 over the (empty) default index
+    assert resp.status_code == 200 and resp.json() == []

