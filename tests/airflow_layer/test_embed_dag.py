@@ -36,7 +36,9 @@ def _edges(source: SourceConfig) -> dict[str, set[str]]:
 
 
 def test_a_bm25_only_dag_keeps_its_shape_exactly() -> None:
-    assert _edges(SourceConfig(kind="web", name="site", options=WEB)) == {
+    source = SourceConfig(kind="web", name="site", options=WEB)
+    assert "`embed`" not in build_dag(source).doc_md
+    assert _edges(source) == {
         "discover": {"fetch", "commit"},
         "fetch": {"parse"},
         "parse": {"chunk"},
@@ -62,6 +64,7 @@ def test_an_embedding_source_embeds_between_chunk_and_upsert_mapped_over_batches
     # mapped like its neighbours: one task instance per batch, over chunk's manifests
     assert type(embed).__name__ == type(chunk).__name__ == "MappedOperator"
     assert set(embed.expand_input.value) == {"manifest"}
+    assert "`chunk` → `embed` (local model" in dag.doc_md
 
 
 def test_the_hook_opens_the_local_model_without_a_connection() -> None:

@@ -110,6 +110,9 @@ def _dag(source: SourceConfig) -> DAG:
             backend=index.backend,
             kind=source.kind,
             batch_size=source.batch_size,
+            embed=f" `embed` ({source.embedding.provider} model; only chunks whose text has no vector yet) →"
+            if source.embedding.enabled
+            else "",
         ),
         params=trigger_params(),
         default_args=_default_args(),
