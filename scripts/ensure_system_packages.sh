@@ -7,6 +7,8 @@ command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
 command -v soffice >/dev/null 2>&1 || need+=(libreoffice-writer libreoffice-calc libreoffice-impress)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -d /usr/share/doc/python3/html ] || [ -d /usr/share/doc/python3-doc ] || need+=(python3-doc)
+# the Chinese query set of the retrieval benchmark (benchmarks/retrieval.py)
+[ -d /usr/share/doc/debian/FAQ/zh-cn ] || need+=(debian-faq-zh-cn)
 if [ ${#need[@]} -eq 0 ]; then echo "system packages: all present"; exit 0; fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "system packages missing (${need[*]}); install them with apt-get as root — dependent tests will be skipped" >&2
