@@ -46,7 +46,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +71,8 @@ _MAX_RETRY_AFTER = 60.0
 _MAX_BISECT_REQUESTS = 64  # requests one call may spend finding the refused texts of 400s
 _BYTES_PER_FLOAT = 26  # "-1.2345678901234567e-05," is 24
 _DEFAULT_DIMENSIONS_GUESS = 3072  # the largest OpenAI model, for the body cap before a vector is seen
+# OpenAI's models' native sizes (https://platform.openai.com/docs/guides/embeddings)
+_KNOWN_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,17 @@ class _Transient(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(slots=True)
+class _Call:
+    """What one ``embed_documents`` call collects: vectors by row, bad rows by reason, and what
+    is left of its allowance of requests for narrowing down refusals."""
+
+    vectors: list[npt.NDArray[np.float32] | None]
+    bad: dict[str, list[int]] = field(default_factory=dict)
+    bisect_budget: int = _MAX_BISECT_REQUESTS
+    refusal: str = ""  # the endpoint's first refusal, for the error message
+
+
 class _Refused(Exception):
     """The endpoint refused the request's input (400/413/422): some text of it is to blame."""
 
@@ -153,12 +166,10 @@ class OpenAIEmbedder(Embedder):
         self.config = config
         self.model = str(config.model)
         self.model_id = model_id
-        self.dimensions = config.dimensions or 0  # 0 until the first answer says
+        self._dimensions = config.dimensions or _KNOWN_DIMENSIONS.get(self.model, 0)  # 0: not known yet
         self.batch_size = config.batch_size
         self.endpoint = endpoint
         self.stats: dict[str, int] = {"requests": 0}
-        self._bisect_budget = _MAX_BISECT_REQUESTS
-        self._refusal = ""  # the first refusal of a call, for its error message
         headers = {"Accept-Encoding": ACCEPT_ENCODING, "Content-Type": "application/json"}
         if endpoint.key:
             headers["Authorization"] = f"Bearer {endpoint.key}"
@@ -180,6 +191,18 @@ class OpenAIEmbedder(Embedder):
         rpm = config.requests_per_minute
         self._rates = (Rate(rpm, 60.0),) if rpm else ()
 
+    @property
+    def dimensions(self) -> int:
+        """The vector size: configured, known for OpenAI's models, else asked of the endpoint
+        with one short request (the engine needs it before the first batch)."""
+        if not self._dimensions:
+            self.embed_documents(["dimension probe"])
+        return self._dimensions
+
+    @dimensions.setter
+    def dimensions(self, value: int) -> None:
+        self._dimensions = value
+
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.model_id!r}, {self.endpoint.url!r})"
 
@@ -191,16 +214,13 @@ class OpenAIEmbedder(Embedder):
 
     def embed_documents(self, texts: Sequence[str]) -> EmbeddedTexts:
         sent, truncated = self._prepare(texts)
-        vectors: list[npt.NDArray[np.float32] | None] = [None] * len(sent)
-        bad: dict[str, list[int]] = {}
-        self._bisect_budget = _MAX_BISECT_REQUESTS
-        self._refusal = ""
+        call = _Call([None] * len(sent))
         for start in range(0, len(sent), self.batch_size):
-            self._embed_rows(sent, list(range(start, min(start + self.batch_size, len(sent)))), vectors, bad)
-        if bad:
-            raise self._bad_rows_error(bad)
-        done = [v for v in vectors if v is not None]  # every row, once no row is bad
-        matrix = np.vstack(done) if done else np.zeros((0, self.dimensions), dtype=np.float32)
+            self._embed_rows(sent, list(range(start, min(start + self.batch_size, len(sent)))), call)
+        if call.bad:
+            raise self._bad_rows_error(call)
+        done = [v for v in call.vectors if v is not None]  # every row, once no row is bad
+        matrix = np.vstack(done) if done else np.zeros((0, self._dimensions), dtype=np.float32)
         return EmbeddedTexts(matrix.astype(np.float32, copy=False), truncated)
 
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
@@ -224,35 +244,29 @@ class OpenAIEmbedder(Embedder):
             sent.append(kept)
         return sent, truncated
 
-    def _embed_rows(
-        self,
-        texts: list[str],
-        rows: list[int],
-        vectors: list[npt.NDArray[np.float32] | None],
-        bad: dict[str, list[int]],
-    ) -> None:
+    def _embed_rows(self, texts: list[str], rows: list[int], call: _Call) -> None:
         """Embed ``rows`` of ``texts`` into ``vectors``; a refused batch is halved to find its culprits."""
         try:
             answer = self._request([texts[r] for r in rows])
         except _Refused as exc:
-            if len(rows) == 1 or self._bisect_budget <= 0:
+            if len(rows) == 1 or call.bisect_budget <= 0:
                 log.info("embeddings: %d text(s) refused: %s", len(rows), exc)
-                bad.setdefault("refused", []).extend(rows)
-                self._refusal = self._refusal or str(exc)
+                call.bad.setdefault("refused", []).extend(rows)
+                call.refusal = call.refusal or str(exc)
                 return
-            self._bisect_budget -= 2
+            call.bisect_budget -= 2
             half = len(rows) // 2
-            self._embed_rows(texts, rows[:half], vectors, bad)
-            self._embed_rows(texts, rows[half:], vectors, bad)
+            self._embed_rows(texts, rows[:half], call)
+            self._embed_rows(texts, rows[half:], call)
             return
-        self._place(answer, rows, vectors, bad)
+        self._place(answer, rows, call)
 
     def _request(self, inputs: list[str]) -> Any:
         body: dict[str, Any] = {"model": self.model, "input": inputs, "encoding_format": "float"}
         if self.config.dimensions is not None:
             body["dimensions"] = self.config.dimensions
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-        cap = 65536 + len(inputs) * (self.dimensions or _DEFAULT_DIMENSIONS_GUESS) * _BYTES_PER_FLOAT
+        cap = 65536 + len(inputs) * (self._dimensions or _DEFAULT_DIMENSIONS_GUESS) * _BYTES_PER_FLOAT
         try:
             for attempt in self.retries.retrying(sleep=self._sleep):
                 with attempt:
@@ -267,8 +281,8 @@ class OpenAIEmbedder(Embedder):
         try:
             with self._http.stream("POST", self.endpoint.url, content=payload) as response:
                 status = response.status_code
-                body = read_capped(response, cap) if status < 300 else read_capped(response, 65536)
                 retry_after = response.headers.get("retry-after")
+                body = read_capped(response, cap) if status < 300 else self._error_body(response)
         except httpx.TransportError as exc:  # connect, read, timeouts
             raise _Transient("unreachable", f"{type(exc).__name__} talking to {self.endpoint.origin}") from None
         except (BodyTooLarge, UnsupportedEncoding, UndecodableBody) as exc:
@@ -276,6 +290,13 @@ class OpenAIEmbedder(Embedder):
         if status == 200:
             return self._json(body)
         return self._fail(status, body, retry_after)
+
+    @staticmethod
+    def _error_body(response: httpx.Response) -> bytes:
+        try:
+            return read_capped(response, 65536)
+        except (BodyTooLarge, UnsupportedEncoding, UndecodableBody):
+            return b""  # the status says what matters; an unreadable error body adds nothing
 
     def _take_budget(self) -> None:
         try:
@@ -319,35 +340,34 @@ class OpenAIEmbedder(Embedder):
 
     # ---------------------------------------------------------------- answers
 
-    def _place(
-        self, answer: Any, rows: list[int], vectors: list[npt.NDArray[np.float32] | None], bad: dict[str, list[int]]
-    ) -> None:
+    def _place(self, answer: Any, rows: list[int], call: _Call) -> None:
         """Check every vector of one answer and put it at its row (by ``data[i].index``)."""
         data = answer.get("data") if isinstance(answer, dict) else None
-        indices = [item.get("index") if isinstance(item, dict) else None for item in data or []]
-        if not isinstance(data, list) or sorted(i for i in indices if isinstance(i, int)) != list(range(len(rows))):
+        entries = [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+        indices = sorted(i for item in entries if isinstance(i := item.get("index"), int) and not isinstance(i, bool))
+        if not isinstance(data, list) or len(entries) != len(data) or indices != list(range(len(rows))):
             raise EmbeddingError(
                 "bad_response",
                 f"{self.endpoint.url}: expected one data entry per input with indices 0..{len(rows) - 1}",
                 retryable=False,
                 rows=rows,
             )
-        if not self.dimensions:  # nothing configured or seen yet: the size most vectors of this answer have
-            sizes = Counter(len(item["embedding"]) for item in data if isinstance(item.get("embedding"), list))
-            self.dimensions = sizes.most_common(1)[0][0] if sizes else 0
+        if not self._dimensions:  # nothing configured or seen yet: the size most vectors of this answer have
+            sizes = Counter(len(item["embedding"]) for item in entries if isinstance(item.get("embedding"), list))
+            self._dimensions = sizes.most_common(1)[0][0] if sizes else 0
         for item in data:
             row = rows[item["index"]]
             vector, reason = self._vector(item.get("embedding"))
             if reason:
-                bad.setdefault(reason, []).append(row)
+                call.bad.setdefault(reason, []).append(row)
             else:
-                vectors[row] = vector
+                call.vectors[row] = vector
 
     def _vector(self, raw: Any) -> tuple[npt.NDArray[np.float32] | None, str | None]:
         if not isinstance(raw, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
             return None, "bad_response"
         vector = np.asarray(raw, dtype=np.float64)
-        if vector.size != self.dimensions:
+        if vector.size != self._dimensions:
             return None, "bad_dimension"
         if not np.isfinite(vector).all():
             return None, "not_finite"
@@ -356,12 +376,13 @@ class OpenAIEmbedder(Embedder):
             return None, "zero_vector"
         return (vector / norm).astype(np.float32), None
 
-    def _bad_rows_error(self, bad: dict[str, list[int]]) -> EmbeddingError:
+    def _bad_rows_error(self, call: _Call) -> EmbeddingError:
+        bad = call.bad
         order = ("bad_dimension", "not_finite", "zero_vector", "bad_response", "refused")
         reasons = [r for r in order if r in bad]
         rows = sorted({row for r in reasons for row in bad[r]})
         what = {
-            "bad_dimension": f"vectors not of {self.dimensions} dimensions",
+            "bad_dimension": f"vectors not of {self._dimensions} dimensions",
             "not_finite": "vectors with NaN or infinite values",
             "zero_vector": "all-zero vectors",
             "bad_response": "entries that are not a list of numbers",
@@ -369,7 +390,7 @@ class OpenAIEmbedder(Embedder):
         }
         message = "; ".join(f"{what[r]} at rows {sorted(bad[r])}" for r in reasons)
         if "refused" in bad:
-            message += f" ({self._refusal})"
+            message += f" ({call.refusal})"
         return EmbeddingError(reasons[0], f"{self.endpoint.url} ({self.model}): {message}", retryable=False, rows=rows)
 
 

@@ -12,7 +12,7 @@ import pytest
 from include.connections import ConnectionRecord
 from include.ratelimit import Rate
 from plugins.embedders.base import EmbeddingError
-from plugins.embedders.openai import OpenAIEmbedder, endpoint_of, estimate_tokens, truncate_estimated
+from plugins.embedders.openai import OpenAIEmbedder, _Call, endpoint_of, estimate_tokens, truncate_estimated
 from tests.embedders.simulator import EmbeddingSimulator, bag_of_words_vector
 from tests.support.server import free_port, serve_asgi
 
@@ -239,3 +239,37 @@ def test_no_connection_leaves_loopback(monkeypatch: pytest.MonkeyPatch, make_emb
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     assert make_embedder().embed_documents(TEXTS[:2]).vectors.shape == (2, 1536)
+
+
+def test_dimensions_known_or_asked_once(sim: EmbeddingSimulator, make_embedder: MakeEmbedder) -> None:
+    assert make_embedder().dimensions == 1536 and sim.requests == []  # OpenAI's model: known
+    other = make_embedder(model="nomic-embed-text")  # an Ollama model: asked of the endpoint
+    assert other.dimensions == 64 and other.dimensions == 64
+    assert len(sim.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"data": [{"index": 0, "embedding": [0.1, 0.2]}]},  # one entry for two inputs
+        {"data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]},  # index repeated
+        {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [1.0]}, "extra"]},
+        {"data": "not a list"},
+        ["not", "an", "object"],
+    ],
+)
+def test_malformed_answers_are_bad_responses(make_embedder: MakeEmbedder, answer: object) -> None:
+    embedder = make_embedder(model="m", dimensions=1)
+    with pytest.raises(EmbeddingError) as caught:
+        embedder._place(answer, [0, 1], _Call([None, None]))
+    assert (caught.value.reason, caught.value.retryable, caught.value.rows) == ("bad_response", False, [0, 1])
+
+
+def test_a_vector_of_strings_fails_its_row(make_embedder: MakeEmbedder) -> None:
+    embedder = make_embedder(model="m", dimensions=2)
+    call = _Call([None, None])
+    embedder._place(
+        {"data": [{"index": 1, "embedding": ["a", "b"]}, {"index": 0, "embedding": [3.0, 4.0]}]}, [0, 1], call
+    )
+    assert call.bad == {"bad_response": [1]}
+    np.testing.assert_allclose(call.vectors[0], [0.6, 0.8])
