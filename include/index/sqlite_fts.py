@@ -366,9 +366,12 @@ class SqliteFtsIndex(IndexBackend):
     def _search(self, match: str | None, k: int, source: str | None) -> list[SearchHit]:
         if match is None:
             return []
+        # CROSS JOIN keeps the FTS match as the outer loop: SQLite 3.51's planner (pysqlite3)
+        # would otherwise walk an index_name index of chunks and run one FTS lookup per chunk
+        # (measured: 55 s instead of 20 ms for a common term over 20,000 chunks)
         sql = (
-            "SELECT c.*, bm25(chunks_fts, 1.0, 0.5) AS score FROM chunks_fts JOIN chunks c ON c.rowid = chunks_fts.rowid"
-            " WHERE chunks_fts MATCH ? AND c.index_name = ?"
+            "SELECT c.*, bm25(chunks_fts, 1.0, 0.5) AS score FROM chunks_fts CROSS JOIN chunks c"
+            " ON c.rowid = chunks_fts.rowid WHERE chunks_fts MATCH ? AND c.index_name = ?"
         )
         args: list[Any] = [match, self.index_name]
         if source:
