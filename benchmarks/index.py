@@ -7,7 +7,8 @@ Rows, per backend:
 * ``initial``: every chunk new;
 * ``no-change``: the same writes again; the hash check must skip every chunk (the row shows
   what was written: it must be 0);
-* ``1% changed``: one chunk in every tenth document edited, plus one stale chunk removed.
+* ``1% changed``: one chunk in every tenth document edited (new text, so a new content-derived
+  id: the old one is stale), plus one more stale chunk removed.
 
 Peer: "delete + reinsert" on the same SQLite backend, what an index without per-chunk content
 hashes has to do to resync a document (drop its chunks, write them all again). Elasticsearch
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from include.contract import Chunk, chunk_id, document_id, text_hash
+from include.contract import Chunk, content_chunk_id, document_id, text_hash
 from include.index.base import DocumentRecord, DocumentWrite, IndexBackend
 
 BATCH_DOCS = 50
@@ -84,7 +85,7 @@ def _corpus(n_docs: int, seed: int = 7) -> list[DocumentWrite]:
             text = _text(rng)
             chunks.append(
                 Chunk(
-                    chunk_id=chunk_id(doc_id, s),
+                    chunk_id=content_chunk_id(doc_id, text_hash(text)),
                     doc_id=doc_id,
                     sequence=s,
                     text=text,
@@ -109,7 +110,8 @@ def _corpus(n_docs: int, seed: int = 7) -> list[DocumentWrite]:
 
 
 def _edited(writes: Sequence[DocumentWrite]) -> list[DocumentWrite]:
-    """Every tenth document: chunk 0 rewritten and the last chunk dropped (stale)."""
+    """Every tenth document: chunk 0 rewritten (a new text, so a new id) and the last chunk dropped
+    (both old ids stale)."""
     out = []
     for i, w in enumerate(writes):
         if i % 10:
@@ -117,8 +119,18 @@ def _edited(writes: Sequence[DocumentWrite]) -> list[DocumentWrite]:
             continue
         first = w.chunks[0]
         text = first.text + " edited"
-        changed = Chunk(**{**first.to_dict(), "positions": [], "text": text, "text_hash": text_hash(text)})
-        out.append(DocumentWrite(w.document, [changed, *w.chunks[1:-1]], stale_chunk_ids=[w.chunks[-1].chunk_id]))
+        digest = text_hash(text)
+        changed = Chunk(
+            **{
+                **first.to_dict(),
+                "chunk_id": content_chunk_id(first.doc_id, digest),
+                "positions": [],
+                "text": text,
+                "text_hash": digest,
+            }
+        )
+        stale = [first.chunk_id, w.chunks[-1].chunk_id]
+        out.append(DocumentWrite(w.document, [changed, *w.chunks[1:-1]], stale_chunk_ids=stale))
     return out
 
 

@@ -32,7 +32,7 @@ __all__ = [
     "Position",
     "RawDocument",
     "VersionEvidence",
-    "chunk_id",
+    "content_chunk_id",
     "content_hash",
     "document_id",
     "options_hash",
@@ -88,9 +88,15 @@ def document_id(source: str, item_key: str) -> str:
     return _sha256(f"{source}\x1f{item_key}".encode())[:24]
 
 
-def chunk_id(doc_id: str, sequence: int) -> str:
-    """Deterministic chunk id from the document id and the chunk's position in it."""
-    return f"{doc_id}-{sequence:05d}"
+def content_chunk_id(doc_id: str, chunk_text_hash: str, occurrence: int = 0) -> str:
+    """A chunk's id: its document's id and its text's hash (:func:`text_hash`), not its position.
+
+    An edit before a chunk leaves its id alone (``Chunk.sequence`` keeps the order), so the index
+    and the vector cache keep it. ``occurrence`` tells apart identical chunks of one document: the
+    k-th repeat of a text (counting from 0 in document order) gets ``-k``; the first has no suffix.
+    """
+    base = f"{doc_id}-{chunk_text_hash[:16]}"
+    return f"{base}-{occurrence}" if occurrence else base
 
 
 # --------------------------------------------------------------------------- changes

@@ -1,4 +1,4 @@
-"""Greedy packing of one run of blocks (paragraphs, or table rows) into token-bounded chunks.
+"""Packing of one run of blocks (paragraphs, or table rows) into token-bounded chunks.
 
 The blocks are joined by ``"\\n"`` and the run is encoded once, whole (:class:`Run`); the byte
 end of every token and the token position of every block end come from vectorised passes, so no
@@ -8,10 +8,13 @@ A chunk is a contiguous byte range of the run, optionally preceded by a prefix (
 table header) and starting with ``overlap`` tokens that end the previous chunk. Cut points, best
 first:
 
-1. block ends: as many whole blocks as fit (tables: at most ``max_units`` rows);
+1. block ends: whole blocks (tables: at most ``max_units`` rows);
 2. inside a block that does not fit: delimiter ends;
 3. token ends, moved back to a character boundary (and to a nearby hard boundary when there
    is one, so the next chunk's count needs no re-encoding).
+
+Which cut of a class is taken is content-defined, so that chunk boundaries resynchronise after
+an edit (:mod:`plugins.chunkers.cuts`). When the whole rest of a section fits, it is one chunk.
 
 Candidates are chosen on the run's token positions, then the chunk's exact count (prefix and
 edges included) is taken with :meth:`Run.count`; if it is over the limit the cut moves back.
@@ -21,20 +24,18 @@ So no chunk exceeds the limit, whatever the tokenizer does at the edges.
 from __future__ import annotations
 
 import itertools
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import add
 from typing import Any
 
-from include.contract import Chunk, Position, chunk_id, text_hash, utf8_hash
+from include.contract import Chunk, Position, content_chunk_id, text_hash, utf8_hash
+from plugins.chunkers.cuts import NO_LIMIT, Cutter, block_start
 from plugins.chunkers.options import delimiter_bytes, delimiter_pattern
 from plugins.chunkers.span import Run
 
 __all__ = ["NO_PREFIX", "ChunkSink", "Prefix", "pack_run"]
-
-_NO_LIMIT = 1 << 60
 
 
 @dataclass(slots=True)
@@ -54,11 +55,17 @@ class ChunkSink:
     """Where :func:`pack_run` puts its chunks: the document's chunk list, numbered in order.
 
     Chunks are built once, with their final id and sequence (the position in ``chunks``), so no
-    draft object has to be made and copied for every chunk.
+    draft object has to be made and copied for every chunk. Ids follow content
+    (:func:`~include.contract.content_chunk_id`); ``legacy`` restores the rules of chunker
+    version 1 (positional ids ``<doc_id>-<seq:05d>``, furthest cuts), for the edit-locality
+    benchmark's "today's greedy chunker" row only.
     """
 
     doc_id: str
     chunks: list[Chunk] = field(default_factory=list)
+    legacy: bool = False
+    # How many chunks of each text the document has had so far (the occurrence of a repeat).
+    _seen: dict[str, int] = field(default_factory=dict)
 
     def add(
         self,
@@ -71,9 +78,15 @@ class ChunkSink:
         metadata: dict[str, Any],
     ) -> None:
         seq = len(self.chunks)
+        if self.legacy:
+            chunk_id = f"{self.doc_id}-{seq:05d}"
+        else:
+            occurrence = self._seen.get(text_hash, 0)
+            self._seen[text_hash] = occurrence + 1
+            chunk_id = content_chunk_id(self.doc_id, text_hash, occurrence)
         self.chunks.append(
             Chunk(
-                chunk_id=chunk_id(self.doc_id, seq),
+                chunk_id=chunk_id,
                 doc_id=self.doc_id,
                 sequence=seq,
                 text=text,
@@ -107,11 +120,6 @@ def _positions(units_positions: Sequence[Sequence[Position]], first: int, last: 
     return out
 
 
-def _block_start(block_ends: Sequence[int], block: int) -> int:
-    """Byte offset where ``block`` starts: one past the previous block's joining ``"\\n"``."""
-    return block_ends[block - 1] + 1 if block else 0
-
-
 def _block_ends(texts: Sequence[str], ascii_only: bool) -> tuple[list[int], list[int] | None]:
     """Byte offset where every block of the run ends (its joining ``"\\n"``, or the run's end),
     and for a run that is not ASCII, how many characters the blocks up to each one hold (joining
@@ -129,82 +137,6 @@ def _block_ends(texts: Sequence[str], ascii_only: bool) -> tuple[list[int], list
     chars = list(itertools.accumulate(map(len, texts)))
     sizes = [len(t) + 1 if t.isascii() else len(t.encode("utf-8")) + 1 for t in texts]  # with the newline
     return list(itertools.islice(itertools.accumulate(sizes, initial=-1), 1, None)), chars
-
-
-class _Cutter:
-    """Cut-point choice over a :class:`Run` (see the module docstring for the order)."""
-
-    def __init__(
-        self,
-        run: Run,
-        block_ends: Sequence[int],
-        delimiters: re.Pattern[bytes],
-        delimiter_bytes: tuple[bytes, ...],
-        max_units: int,
-        isolate_split: bool,
-    ) -> None:
-        self.run = run
-        self.block_ends = block_ends
-        self.delimiters = delimiters
-        self.delimiter_bytes = delimiter_bytes
-        self.max_units = max_units
-        self.isolate_split = isolate_split
-
-    def cut(self, pos: int, max_tokens: int, block: int, section_end: int) -> tuple[int, int]:
-        """Furthest cut after ``pos`` (in ``block``) whose token position stays within ``max_tokens``,
-        and the block the cut ends in (the cut is that block's end, or inside it). The cut stays
-        before block ``section_end`` (the next section's first block, or the number of blocks)."""
-        block_ends = self.block_ends
-        last = min(section_end - 1, block + self.max_units - 1)
-        if self.isolate_split and pos > _block_start(block_ends, block):
-            last = block  # the rest of a split row is not glued to the next rows
-        # 1. Block ends: as many whole blocks as fit (a block end fits when it lies before the
-        # end of the run's token number ``max_tokens + 1``).
-        j = bisect_left(block_ends, self.run.end_bound(max_tokens), block, last + 1) - 1
-        if j >= block and block_ends[j] > pos:
-            return block_ends[j], j
-        # 2. The block does not fit: delimiter ends, then token ends within it.
-        bend = block_ends[block]
-        sentence = self._sentence_cut(pos, bend, max_tokens)
-        if sentence > pos:
-            return sentence, block
-        return self._token_cut(pos, bend, max_tokens), block
-
-    def _sentence_cut(self, pos: int, bound: int, max_tokens: int) -> int:
-        """End of the delimiter run holding the last delimiter in ``(pos, bound]`` within ``max_tokens``."""
-        run = self.run
-        data = run.data
-        # Look no further than the token where the budget runs out: a huge block without
-        # delimiters must not be scanned again for every chunk.
-        end = min(bound, run.offset_of(max_tokens + 1))
-        while end > pos:
-            last = max(data.rfind(d, pos, end) for d in self.delimiter_bytes)
-            if last < 0:
-                return pos
-            match = self.delimiters.match(data, last, end)
-            cut = match.end() if match is not None else last
-            if cut > pos and run.tokens_before(cut) <= max_tokens:
-                return cut
-            end = last  # a delimiter cut inside a multi-byte one: look further back
-        return pos
-
-    def _token_cut(self, pos: int, bound: int, max_tokens: int) -> int:
-        run = self.run
-        k = min(max_tokens, run.tokens_before(bound))
-        cut = run.offset_of(k)
-        while cut > pos and not run.is_char_start(cut):
-            k -= 1  # a token that ends inside a multi-byte character
-            cut = run.offset_of(k)
-        if cut <= pos:
-            # Not even one token fits the estimate: take the smallest step that makes progress.
-            k = run.tokens_before(pos) + 1
-            cut = min(run.offset_of(k), bound)
-            while cut < bound and not run.is_char_start(cut):
-                k += 1
-                cut = min(run.offset_of(k), bound)
-            return cut
-        hard = run.last_hard_before(pos, cut, scan=8)
-        return hard if hard > pos else cut
 
 
 def _overlap_start(run: Run, lo: int, end: int, want: int) -> int:
@@ -254,9 +186,10 @@ def pack_run(
     overlap: int,
     delimiters: str,
     kind: str = "text",
-    max_units: int = _NO_LIMIT,
+    max_units: int = NO_LIMIT,
     isolate_split: bool = False,
     breaks: Sequence[int] = (),
+    headings: Sequence[int] = (),
 ) -> None:
     """Chunk one run of blocks (``texts``), the blocks joined by ``"\\n"``, into ``sink``.
 
@@ -264,20 +197,23 @@ def pack_run(
     ``prefix_at(block, at_block_start)`` gives the prefix of a chunk whose body starts in that
     block; ``delimiters`` is the option string (seed syntax); ``max_units`` caps blocks per chunk
     and ``isolate_split`` keeps the pieces of a split block out of other blocks' chunks (tables).
-    ``breaks`` are the blocks (ascending) that open a new section. The chunks are exactly those of
+    ``breaks`` are the blocks (ascending) that open a new section, ``headings`` the heading
+    blocks (they steer the content-defined cuts: see the module docstring). The chunks are exactly those of
     one run per section: every section is encoded on its own (:meth:`Run.of_sections`), no chunk
     spans a break and no overlap reaches back across one; what is shared is everything else a run
     costs (a heading-dense document has hundreds of sections).
     """
     if texts:
         packer = _Packer(texts, unit_positions, sink, kind, breaks)
-        cutter = _Cutter(
+        cutter = Cutter(
             packer.run,
             packer.block_ends,
             delimiter_pattern(delimiters),
             delimiter_bytes(delimiters),
             max_units,
             isolate_split,
+            headings,
+            sink.legacy,
         )
         packer.pack(prefix_at, cutter, limit, overlap)
 
@@ -317,7 +253,7 @@ class _Packer:
         self.kind = kind
         self.breaks = breaks
 
-    def pack(self, prefix_at: Callable[[int, bool], Prefix], cutter: _Cutter, limit: int, overlap: int) -> None:
+    def pack(self, prefix_at: Callable[[int, bool], Prefix], cutter: Cutter, limit: int, overlap: int) -> None:
         """Cut the whole run into chunks of at most ``limit`` tokens, in order."""
         block_ends, size = self.block_ends, len(self.run)
         pos = block = 0  # where the next chunk's body starts, and the block that byte is in
@@ -333,7 +269,7 @@ class _Packer:
             folded = prefix.skip_to_unit is not None
             if prefix.skip_to_unit is not None:  # headings folded into the prefix: the body follows them
                 block = prefix.skip_to_unit
-                pos = _block_start(block_ends, block)
+                pos = block_start(block_ends, block)
                 at_block_start = True
                 if block >= section_end:  # nothing follows them in the section: the path alone
                     self._add(prefix, size, size, size, size, first_block, block - 1, None, None)
@@ -363,7 +299,7 @@ class _Packer:
         return following, breaks[following] if following < len(breaks) else len(self.block_ends)
 
     def _fit(
-        self, cutter: _Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
+        self, cutter: Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
     ) -> tuple[Prefix, int, int, int, int]:
         """The chunk with the longest body from ``pos`` (overlap from ``start``) within ``limit``:
         its prefix, start, cut, the block the cut is in, and its exact token count.
@@ -383,7 +319,7 @@ class _Packer:
                 raise RuntimeError(f"cannot fit one character at byte {pos} into {limit} tokens")
 
     def _longest_cut(
-        self, cutter: _Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
+        self, cutter: Cutter, prefix: Prefix, start: int, pos: int, block: int, section_end: int, limit: int
     ) -> tuple[int, int, int] | None:
         """Cut, its block and the exact count of the longest body that fits; None if none does.
 

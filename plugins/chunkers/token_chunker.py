@@ -35,7 +35,9 @@ from plugins.chunkers.tokenizer import count_tokens
 
 __all__ = ["chunk_heading", "chunk_token", "chunk_with_options", "heading_paths"]
 
-VERSION = "1"
+# "2": content-defined cuts and content-derived chunk ids (:mod:`plugins.chunkers.pack`); the
+# engine puts chunker versions into the processing hash, so indexes are re-chunked once.
+VERSION = "2"
 _SEPARATOR = " > "
 _KIND = attrgetter("kind")
 _HEADING_PATH = attrgetter("heading_path")
@@ -188,16 +190,20 @@ def _outline(blocks: list[Block]) -> tuple[list[str], list[Sequence[Position]], 
     return texts, positions, kinds, any(positions)
 
 
-def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> list[Chunk]:
-    """Chunk ``doc`` with validated options (the registered chunkers' common body)."""
-    return _DocumentChunker(doc, doc_id, opts).chunks()
+def chunk_with_options(doc: ParsedDocument, doc_id: str, opts: ChunkOptions, *, _legacy: bool = False) -> list[Chunk]:
+    """Chunk ``doc`` with validated options (the registered chunkers' common body).
+
+    ``_legacy`` chunks as version 1 did (furthest cuts, positional ids): private, for the
+    edit-locality benchmark's "today's greedy chunker" row (``benchmarks/edit_locality.py``).
+    """
+    return _DocumentChunker(doc, doc_id, opts, _legacy).chunks()
 
 
 class _DocumentChunker:
     """One document's walk: runs of prose blocks go to :func:`pack_run`, tables to
     :func:`chunk_table`, each flushed when the other kind of block interrupts it."""
 
-    def __init__(self, doc: ParsedDocument, doc_id: str, opts: ChunkOptions) -> None:
+    def __init__(self, doc: ParsedDocument, doc_id: str, opts: ChunkOptions, legacy: bool = False) -> None:
         self.blocks = blocks = doc.blocks
         self.opts = opts
         self.texts, self.positions, self.kinds, self.has_positions = _outline(blocks)
@@ -207,7 +213,7 @@ class _DocumentChunker:
             if BlockKind.HEADING in self.kinds
             else _ParserPaths(blocks)
         )
-        self.sink = ChunkSink(doc_id)
+        self.sink = ChunkSink(doc_id, legacy=legacy)
         self.table: TableRows | None = None
 
     def chunks(self) -> list[Chunk]:
@@ -290,6 +296,9 @@ class _DocumentChunker:
         run_positions: Any = ()
         if self.has_positions:
             run_positions = self.positions if whole else list(map(self.positions.__getitem__, members))
+        headings: Sequence[int] = ()
+        if BlockKind.HEADING in self.kinds:
+            headings = [k for k, b in enumerate(run_blocks) if b.kind == BlockKind.HEADING]
         pack_run(
             self.texts if whole else list(map(self.texts.__getitem__, members)),
             run_positions,
@@ -299,6 +308,7 @@ class _DocumentChunker:
             overlap=opts.overlap_tokens,
             delimiters=opts.delimiters,
             breaks=breaks,
+            headings=headings,
         )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from include.contract import Block, BlockKind, ParsedDocument, chunk_id, text_hash
+from include.contract import Block, BlockKind, ParsedDocument, content_chunk_id, text_hash
 from plugins.chunkers import chunk_document
 from plugins.chunkers.table import TableRows, render_row
 from plugins.chunkers.tokenizer import count_tokens
@@ -55,10 +55,15 @@ def _bodies(chunks, kind: str) -> str:
 
 
 def _check_common(doc: ParsedDocument, chunks, limit: int) -> None:
+    seen: dict[str, int] = {}
     for seq, c in enumerate(chunks):
         assert c.token_count == count_tokens(c.text), c.text
         assert c.token_count <= limit
-        assert c.sequence == seq and c.chunk_id == chunk_id("doc", seq) and c.doc_id == "doc"
+        # The id follows the text: the k-th chunk with the same text in the document gets "-k".
+        occurrence = seen.get(c.text_hash, 0)
+        seen[c.text_hash] = occurrence + 1
+        assert c.sequence == seq and c.chunk_id == content_chunk_id("doc", c.text_hash, occurrence)
+        assert c.doc_id == "doc"
         assert c.text_hash == text_hash(c.text)
         # Tables never share a chunk with prose: a chunk's positions are all of one kind.
         kinds = {doc.blocks[p.line - 1].kind == BlockKind.TABLE for p in c.positions}
