@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from include.contract import Chunk, Position, content_hash, text_hash
+from include.contract import Chunk, Position, content_chunk_id, content_hash, document_id, text_hash
 
 
 def _chunk() -> Chunk:
@@ -28,3 +28,13 @@ def test_the_two_hashes_differ_in_what_counts() -> None:
     # a document's content_hash folds whitespace (a reflow is no change); a chunk's text_hash does not
     assert content_hash("tide  tables\n") == content_hash("tide tables")
     assert text_hash("tide  tables\n") != text_hash("tide tables")
+
+
+def test_chunk_ids_follow_the_text_not_the_position() -> None:
+    doc = document_id("web:docs", "a.html")
+    digest = text_hash("tide tables")
+    assert content_chunk_id(doc, digest) == f"{doc}-{digest[:16]}"  # the same text, the same id
+    assert content_chunk_id(doc, digest, 0) == content_chunk_id(doc, digest)
+    assert content_chunk_id(doc, digest, 2) == f"{doc}-{digest[:16]}-2"  # its third occurrence
+    assert content_chunk_id(doc, text_hash("tide tables.")) != content_chunk_id(doc, digest)
+    assert content_chunk_id(document_id("web:docs", "b.html"), digest) != content_chunk_id(doc, digest)
