@@ -70,7 +70,7 @@ from include.index._vector_checks import query_array
 from include.index.base import DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
 from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
 
-__all__ = ["ElasticsearchIndex", "client_from_options", "request_retrying"]
+__all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,18 @@ _PAGE = 5000
 _CACHE_BATCH = 500  # text hashes per vector cache lookup
 # never returned by a search or get_chunk: analysed copies, position projections, the vector
 _HIT_EXCLUDES = ["title_tks", "title_sm_tks", "position_int", "page_num_int", "top_int", VECTOR_FIELD]
+
+
+def bm25_query(query: str, source: str | None) -> dict[str, Any]:
+    """The BM25 search body: a ``multi_match`` of any of the query's terms (``operator: or``,
+    ranked retrieval as the SQLite backend does), over the ``standard`` fields and the ``cjk``
+    ones, whose analyzer queries Chinese as overlapping bigrams; ``source`` filters, unscored."""
+    body: dict[str, Any] = {
+        "bool": {"must": [{"multi_match": {"query": query, "fields": SEARCH_FIELDS, "operator": "or"}}]}
+    }
+    if source:
+        body["bool"]["filter"] = [{"term": {"source": source}}]
+    return body
 
 
 class ElasticsearchIndex(Generations, IndexBackend):
@@ -381,10 +393,10 @@ class ElasticsearchIndex(Generations, IndexBackend):
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         if not query.strip():
             return []
-        hits = self._search(query, k, source, "and")
-        if not hits:  # nothing has every term: fall back to any term (as the SQLite backend does)
-            hits = self._search(query, k, source, "or")
-        return hits
+        resp = self._call(
+            self._es.search, index=self.alias, query=bm25_query(query, source), size=k, source_excludes=_HIT_EXCLUDES
+        )
+        return [_hit(h, float(h["_score"] or 0.0)) for h in resp.body["hits"]["hits"]]
 
     def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
         query = query_array(query_vector)
@@ -412,15 +424,6 @@ class ElasticsearchIndex(Generations, IndexBackend):
                 if vector is not None and src.get("text_hash") not in found:
                     found[src["text_hash"]] = np.asarray(vector, dtype=np.float32)
         return found
-
-    def _search(self, query: str, k: int, source: str | None, operator: str) -> list[SearchHit]:
-        q: dict[str, Any] = {
-            "bool": {"must": [{"multi_match": {"query": query, "fields": SEARCH_FIELDS, "operator": operator}}]}
-        }
-        if source:
-            q["bool"]["filter"] = [{"term": {"source": source}}]
-        resp = self._call(self._es.search, index=self.alias, query=q, size=k, source_excludes=_HIT_EXCLUDES)
-        return [_hit(h, float(h["_score"] or 0.0)) for h in resp.body["hits"]["hits"]]
 
     @staticmethod
     def _filter(source: str | None, doc_id: str | None) -> dict[str, Any]:

@@ -3,8 +3,16 @@
 One database file may hold several named indexes (``index_name`` column). ``chunks`` holds
 every chunk with its document fields; ``chunks_fts`` (FTS5, rowid = ``chunks.rowid``) holds the
 searchable text. CJK characters are indexed one per token (FTS5's ``unicode61`` tokenizer would
-otherwise treat a whole run of Chinese as one word); queries turn CJK runs into phrases, so
-"知识库" matches the adjacent characters 知 识 库.
+otherwise treat a whole run of Chinese as one word).
+
+Queries (``fts_query``) are ranked retrieval, not boolean filters: the query's terms are OR'd
+and BM25 ranks what matches any of them (Elasticsearch's ``match`` and Lucene's query parser
+default to OR too; an AND of every word of a natural-language question matches almost nothing).
+A CJK run is queried as its overlapping bigrams, each a two-character phrase (``"知 识" OR
+"识 库"`` for 知识库), as Lucene's CJKBigramFilter and Elasticsearch's ``cjk`` analyzer do; a
+lone CJK character is itself. English stop words (Lucene's ``EnglishAnalyzer`` default set) are
+left out of a query that has other terms: under OR each would match nearly every chunk, so FTS5
+would score almost every row for a term whose IDF is ~0 anyway.
 
 Vectors live in the same file, in ``sqlite-vec`` tables (``include.index.sqlite_vectors``);
 ``search`` ranks by BM25, by cosine similarity to a query vector, or by both fused (RRF).
@@ -43,10 +51,19 @@ from include.index.sqlite_vectors import (
 )
 from include.settings import get_settings
 
-__all__ = ["SqliteFtsIndex", "fts_query", "segment_cjk"]
+__all__ = ["ENGLISH_STOP_WORDS", "SqliteFtsIndex", "fts_query", "query_terms", "segment_cjk"]
 
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f]+")
 _QUERY_TERM = re.compile(r"[\w\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+", re.UNICODE)
+
+# Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (also Elasticsearch's ``_english_`` stop list).
+# fmt: off
+ENGLISH_STOP_WORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
+    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
+    "was", "will", "with",
+})
+# fmt: on
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
@@ -106,15 +123,29 @@ def segment_cjk(text: str) -> str:
     return _CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
 
 
-def fts_query(query: str, *, any_term: bool = False) -> str | None:
-    """Turn free text into a safe FTS5 MATCH expression (terms quoted; CJK runs as phrases)."""
-    terms = []
-    for term in _QUERY_TERM.findall(query):
-        spaced = " ".join(segment_cjk(term).split())
-        terms.append('"' + spaced.replace('"', '""') + '"')
-    if not terms:
+def query_terms(query: str) -> list[str]:
+    """The query's terms in order: its words, and each CJK run as overlapping bigrams (a lone
+    CJK character as itself), as Lucene's CJKBigramFilter splits them."""
+    terms: list[str] = []
+    for word in _QUERY_TERM.findall(query):
+        start = 0
+        for run in _CJK_RUN.finditer(word):  # a word may mix scripts: "Debian软件包"
+            terms.append(word[start : run.start()])
+            chars = run.group()
+            terms += [chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)]
+            start = run.end()
+        terms.append(word[start:])
+    return [t for t in terms if any(ch.isalnum() for ch in t)]  # "_" alone is no FTS token
+
+
+def fts_query(query: str, *, stop_words: frozenset[str] = ENGLISH_STOP_WORDS) -> str | None:
+    """Free text as a safe FTS5 MATCH expression: its terms quoted and OR'd (CJK bigrams as
+    two-character phrases), stop words left out unless nothing else is left, each term once."""
+    terms = list(dict.fromkeys(t.casefold() for t in query_terms(query)))  # a term asked twice is one term
+    kept = [t for t in terms if t not in stop_words] or terms  # "to be or not to be" still searches
+    if not kept:
         return None
-    return (" OR " if any_term else " AND ").join(terms)
+    return " OR ".join('"' + " ".join(segment_cjk(t).split()).replace('"', '""') + '"' for t in kept)
 
 
 class SqliteFtsIndex(IndexBackend):
@@ -341,7 +372,8 @@ class SqliteFtsIndex(IndexBackend):
         mode: SearchMode = "bm25",
         query_vector: npt.NDArray[np.float32] | None = None,
     ) -> list[SearchHit]:
-        """BM25, vector (cosine similarity to ``query_vector``) or hybrid (both, fused by RRF).
+        """BM25 (any of the query's terms, see ``fts_query``), vector (cosine similarity to
+        ``query_vector``) or hybrid (both, fused by RRF).
 
         An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
         ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
@@ -358,12 +390,7 @@ class SqliteFtsIndex(IndexBackend):
         return reciprocal_rank_fusion(rankings, k)
 
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
-        hits = self._search(fts_query(query), k, source)
-        if not hits:  # nothing has every term: fall back to any term, still BM25-ranked
-            hits = self._search(fts_query(query, any_term=True), k, source)
-        return hits
-
-    def _search(self, match: str | None, k: int, source: str | None) -> list[SearchHit]:
+        match = fts_query(query)
         if match is None:
             return []
         # CROSS JOIN keeps the FTS match as the outer loop: SQLite 3.51's planner (pysqlite3)

@@ -56,8 +56,28 @@ def test_cjk_search_and_query_safety(tmp_path: Path) -> None:
     hits = index.search("知识库")
     assert [h.chunk_id for h in hits] == ["zh-00000"]
     assert index.search('"; DROP TABLE chunks; --') == []  # quoted terms: no FTS syntax injection
-    assert fts_query("a-b OR c") == '"a" AND "b" AND "OR" AND "c"'
+    assert fts_query("a-b OR c") == '"b" OR "c"'  # "OR" is a word here (a stop word), not FTS syntax
     assert fts_query("   ") is None
+
+
+def test_a_query_is_its_terms_ored_with_cjk_runs_as_bigrams() -> None:
+    assert fts_query("How do I reset the password?") == '"how" OR "do" OR "i" OR "reset" OR "password"'
+    assert fts_query("知识库") == '"知 识" OR "识 库"'  # overlapping bigrams, each a two-character phrase
+    assert fts_query("库") == '"库"'  # a lone CJK character is itself
+    assert fts_query("什么是Debian软件包？") == '"什 么" OR "么 是" OR "debian" OR "软 件" OR "件 包"'
+    assert fts_query("to be or not to be") == '"to" OR "be" OR "or" OR "not"'  # only stop words: kept
+    assert fts_query("Sync sync SYNC os_path") == '"sync" OR "os_path"'  # each term once; an identifier whole
+    assert fts_query("_ __ ？") is None
+
+
+def test_bm25_ranks_chunks_that_hold_some_of_the_terms(tmp_path: Path) -> None:
+    index = SqliteFtsIndex(tmp_path / "i.db")
+    index.upsert([_write("en", ["open settings to reset the password", "password rules", "trains run late"])])
+    index.upsert([_write("zh", ["所有团队文档统一存放在语雀知识库中", "知识就是力量"])])
+    # an AND of every word matched nothing here; any term matches, and BM25 ranks by how many and how rare
+    assert [h.chunk_id for h in index.search("How do I reset my password?")] == ["en-00000", "en-00001"]
+    # "知识库在哪里": the phrase of all six characters is in no chunk; its bigrams 知识 and 识库 are
+    assert [h.chunk_id for h in index.search("知识库在哪里")] == ["zh-00000", "zh-00001"]
 
 
 def test_two_named_indexes_share_a_file(tmp_path: Path) -> None:
