@@ -245,7 +245,8 @@ def run(quick: bool) -> dict[str, Any]:
     summary = (
         f"{len(chosen)} real documents ({len(docs)} parsed, {sum(skipped.values())} not parseable: "
         + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items()))
-        + f") with >= {MIN_CHUNKS} chunks at chunk_token_num {limit} and >= 3 blocks with text; media types: "
+        + f") with >= {MIN_CHUNKS} chunks at chunk_token_num {limit} (by today's chunker v1) and >= 3 blocks with text; "
+        + "media types: "
         + ", ".join(kinds)
         + f". 9 edits each (insert, delete, change a block at the start, middle and end). Ours (token): median "
         f"{ours['median']}, p95 {ours['p95']} rewritten chunks per edit. Goal (median <= 2, p95 <= 3): "
