@@ -15,10 +15,15 @@ Pipeline as the engine runs it: our HTML parser (``parse_document``), the defaul
 chunk hits are mapped to documents (first occurrence); recall@5 = the relevant document is among
 the first 5 documents, MRR over the first 10. Timings are per query: the search alone, and with
 the query's embedding (vector, hybrid). Goal (issue 22): hybrid ahead of both.
+
+Embeddings are cached on disk for reruns (``benchmarks/.cache/retrieval/<model>.npz``, by model
+and the text's SHA-256; benchmark only, git-ignored): a rerun re-embeds only texts it has not
+seen, and times query embedding on a sample of queries. Delete the folder to time embedding.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
@@ -54,6 +59,11 @@ CANDIDATES = 50  # chunk hits asked of each ranking (a distractor page has many 
 RRF_K = 60
 DISTRACTOR_CHUNKS = 400  # --quick: none
 QUICK_PY_PAGES = ("general.html", "library.html", "design.html")
+# Benchmark-only cache of embeddings (corpus chunks and queries), keyed by model and text hash,
+# so a rerun that changes only the search code does not re-embed (~20 min on this host). Not
+# tracked (``benchmarks/.cache/`` is git-ignored); delete it to time the embedding again.
+QUERY_TIMING_SAMPLE = 10  # queries embedded again to time them when every vector was cached
+CACHE = Path(__file__).resolve().parent / ".cache" / "retrieval"
 
 _SECTION = "//section | //div[contains(concat(' ', normalize-space(@class), ' '), ' section ')]"
 _NESTED = ".//section | .//div[contains(concat(' ', normalize-space(@class), ' '), ' section ')]"
@@ -180,19 +190,89 @@ class Embedded:
     vectors: VectorSet
     seconds: float
     truncated: int  # chunks longer than the model takes (cut by its tokenizer, recorded)
+    embedded: int  # chunks embedded in this run (the rest came from the cache)
 
 
-def embed_corpus(corpus: Corpus, embedder: Embedder) -> Embedded:
+class VectorCache:
+    """Vectors on disk by ``(model, kind, sha256(text))``: one ``.npz`` per model (benchmark only)."""
+
+    def __init__(self, model: str, dimensions: int, directory: Path = CACHE) -> None:
+        self.path = directory / (re.sub(r"[^\w.-]+", "_", model) + ".npz")
+        self.dimensions = dimensions
+        self._rows: dict[str, npt.NDArray[np.float32]] = {}
+        self.truncated: set[str] = set()  # keys of texts the model cut to its input limit
+        if self.path.exists():
+            with np.load(self.path) as data:
+                self._rows = dict(zip(data["keys"].tolist(), data["matrix"], strict=True))
+                self.truncated = set(data["truncated"].tolist())
+
+    @staticmethod
+    def key(kind: str, text: str) -> str:
+        return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+    def get(self, kind: str, text: str) -> npt.NDArray[np.float32] | None:
+        return self._rows.get(self.key(kind, text))
+
+    def require(self, kind: str, text: str) -> npt.NDArray[np.float32]:
+        return self._rows[self.key(kind, text)]
+
+    def put(self, kind: str, text: str, vector: npt.NDArray[np.float32]) -> None:
+        self._rows[self.key(kind, text)] = np.asarray(vector, dtype=np.float32)
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(self._rows), dtype=str)
+        matrix = np.stack(list(self._rows.values())) if self._rows else np.zeros((0, self.dimensions), np.float32)
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=keys, matrix=matrix, truncated=np.array(sorted(self.truncated), dtype=str))
+        tmp.replace(self.path)
+
+
+def embed_corpus(corpus: Corpus, embedder: Embedder, cache: VectorCache) -> Embedded:
+    """Every chunk's vector (cached ones read back; the rest embedded and cached)."""
     chunks = corpus.chunks
+    missing = [c.text for c in chunks if cache.get("passage", c.text) is None]
+    missing = list(dict.fromkeys(missing))
     start = time.perf_counter()
-    out = embedder.embed_documents([c.text for c in chunks])
+    out = embedder.embed_documents(missing) if missing else None
     seconds = time.perf_counter() - start
-    vectors = VectorSet(embedder.model_id, embedder.dimensions, [c.chunk_id for c in chunks], out.vectors)
+    if out is not None:
+        for text, vector in zip(missing, out.vectors, strict=True):
+            cache.put("passage", text, vector)
+        cache.truncated.update(cache.key("passage", missing[t.row]) for t in out.truncated)
+        cache.save()
+    matrix = np.stack([cache.require("passage", c.text) for c in chunks]).astype(np.float32)
+    vectors = VectorSet(embedder.model_id, embedder.dimensions, [c.chunk_id for c in chunks], matrix)
     row = {cid: i for i, cid in enumerate(vectors.chunk_ids)}
     for write in corpus.writes:  # each write carries its own chunks' rows
         ids = [c.chunk_id for c in write.chunks]
         write.vectors = VectorSet(vectors.model, vectors.dimensions, ids, vectors.matrix[[row[c] for c in ids]])
-    return Embedded(vectors, seconds, len(out.truncated))
+    truncated = sum(cache.key("passage", c.text) in cache.truncated for c in chunks)
+    return Embedded(vectors, seconds, truncated, len(missing))
+
+
+def embed_queries(
+    corpus: Corpus, embedder: Embedder, cache: VectorCache
+) -> tuple[list[npt.NDArray[np.float32]], float]:
+    """Query vectors (cached ones read back) and the mean seconds a query takes to embed: the
+    uncached ones, or, when all are cached, the first ``QUERY_TIMING_SAMPLE`` embedded again."""
+    timings: list[float] = []
+    qvecs = []
+    for query in corpus.queries:
+        vector = cache.get("query", query.text)
+        if vector is None:
+            start = time.perf_counter()
+            vector = embedder.embed_query(query.text)
+            timings.append(time.perf_counter() - start)
+            cache.put("query", query.text, vector)
+        qvecs.append(vector)
+    if timings:
+        cache.save()
+    for query in corpus.queries[: QUERY_TIMING_SAMPLE if not timings else 0]:
+        start = time.perf_counter()
+        embedder.embed_query(query.text)
+        timings.append(time.perf_counter() - start)
+    return qvecs, statistics.fmean(timings) if timings else 0.0
 
 
 # ------------------------------------------------------------------------------ ranking and metrics
@@ -364,10 +444,9 @@ def _corpora(quick: bool) -> tuple[list[Corpus], list[str]]:
 
 
 def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    embedded = embed_corpus(corpus, embedder)
-    start = time.perf_counter()
-    qvecs = [embedder.embed_query(q.text) for q in corpus.queries]
-    embed_query_s = (time.perf_counter() - start) / max(1, len(qvecs))
+    cache = VectorCache(embedder.model_id, embedder.dimensions)
+    embedded = embed_corpus(corpus, embedder, cache)
+    qvecs, embed_query_s = embed_queries(corpus, embedder, cache)
     index = SqliteFtsIndex(work / f"{corpus.source.replace(':', '-')}.db", index_name="retrieval")
     try:
         failed = [r for r in index.upsert(corpus.writes) if not r.ok]
@@ -380,11 +459,18 @@ def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[
     n = len(corpus.chunks)
     notes = [
         _verdict(corpus, scores),
-        f"{n} chunks embedded in {embedded.seconds:.0f} s ({n / embedded.seconds:.1f} chunks/s, "
-        f"{embedded.truncated} cut to the model's 512-token input); a query embeds in {1000 * embed_query_s:.0f} ms.",
+        _embedding_note(n, embedded) + f" A query embeds in {1000 * embed_query_s:.0f} ms.",
         _agreement(corpus, scores),
     ]
     return _rows(corpus, scores, embed_query_s), notes
+
+
+def _embedding_note(n: int, embedded: Embedded) -> str:
+    cut = f"{embedded.truncated} of {n} chunks cut to the model's 512-token input."
+    if embedded.embedded == 0:
+        return f"{n} chunk vectors read from the benchmark's cache ({CACHE.name}/, by model and text hash); {cut}"
+    rate = embedded.embedded / max(embedded.seconds, 1e-9)
+    return f"{embedded.embedded} of {n} chunks embedded in {embedded.seconds:.0f} s ({rate:.1f} chunks/s); {cut}"
 
 
 def run(quick: bool = False) -> dict[str, Any]:
