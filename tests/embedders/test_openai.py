@@ -185,9 +185,18 @@ def test_wrong_key_is_unauthorized_and_never_echoed(
 
 
 def test_key_not_in_logs_through_retries(
-    sim: EmbeddingSimulator, make_embedder: MakeEmbedder, caplog: pytest.LogCaptureFixture
+    sim: EmbeddingSimulator,
+    make_embedder: MakeEmbedder,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)  # httpx and httpcore log requests at INFO / DEBUG
+    # an earlier test in the same process may have loaded Airflow's logging config, which
+    # disables the loggers that existed then: this test must see what they would log
+    for name in ("httpx", "httpcore", "include.retry", "plugins.embedders.openai"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "disabled", False)
+        monkeypatch.setattr(logger, "propagate", True)
     sim.fault("500", times=1, retry_after=None)
     sim.fault("429", retry_after="0")
     make_embedder().embed_documents(TEXTS)

@@ -86,7 +86,11 @@ def test_repo_rename_keeps_every_doc(kb):
     assert summary.status == "success"
     assert (summary.counts["new"], summary.counts["deleted"], summary.counts["failed"]) == (0, 0, 0)
     after = {k: (st.doc_id, st.chunk_ids) for k, st in _state(source).items()}
-    assert after == before
+    # every doc keeps its doc id and its chunk count; chunk ids follow the chunks' text, and
+    # each doc's text starts with its breadcrumbs, whose first crumb is the repo's (new) name
+    assert {k: (d, len(c)) for k, (d, c) in after.items()} == {k: (d, len(c)) for k, (d, c) in before.items()}
+    index = open_index(source.index)
+    assert all(index.get_chunk(c)["text"].startswith("员工手册\n") for _, ids in after.values() for c in ids)
     # the URLs follow the new namespace (the text did not change, the place did)
     (hit,) = _hits(source, "kb3x")
     assert hit.doc_id == document_id(sid, _key(big, docs[3])) and "/alice/handbook/" in hit.url
