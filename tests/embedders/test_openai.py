@@ -197,6 +197,7 @@ def test_key_not_in_logs_through_retries(
         logger = logging.getLogger(name)
         monkeypatch.setattr(logger, "disabled", False)
         monkeypatch.setattr(logger, "propagate", True)
+        caplog.set_level(logging.DEBUG, logger=name)  # (the config may also have set their levels)
     sim.fault("500", times=1, retry_after=None)
     sim.fault("429", retry_after="0")
     make_embedder().embed_documents(TEXTS)
