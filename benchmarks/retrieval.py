@@ -43,6 +43,7 @@ from lxml import etree
 from include.config import EmbeddingConfig
 from include.contract import Chunk, ParseError, RawDocument, document_id
 from include.index.base import DocumentRecord, DocumentWrite
+from include.index.fusion import DEFAULT_VECTOR_WEIGHT
 from include.index.sqlite_fts import SqliteFtsIndex
 from include.vectors import VectorSet
 from plugins.chunkers.registry import chunk_document
@@ -295,13 +296,15 @@ def reciprocal_rank(ranking: Sequence[str], relevant: frozenset[str], k: int = M
     return next((1.0 / rank for rank, doc in enumerate(ranking[:k], 1) if doc in relevant), 0.0)
 
 
-def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
-    """Reciprocal rank fusion of chunk-id rankings; ties: the better best rank, then the id."""
+def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K, weights: Sequence[float] = ()) -> list[str]:
+    """Reciprocal rank fusion of chunk-id rankings (``weights``: one per ranking, default 1);
+    ties: the better best rank, then the id. Written apart from the index's, as a cross-check."""
     scores: dict[str, float] = {}
     best: dict[str, int] = {}
-    for ranking in rankings:
+    for n, ranking in enumerate(rankings):
+        weight = weights[n] if n < len(weights) else 1.0
         for rank, item in enumerate(ranking, 1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
             best[item] = min(best.get(item, rank), rank)
     return sorted(scores, key=lambda item: (-scores[item], best[item], item))
 
@@ -331,7 +334,8 @@ def brute_force_ranker(index: SqliteFtsIndex, vectors: VectorSet) -> Ranker:
         if mode == "bm25":
             return [h.chunk_id for h in index.search(query, k=CANDIDATES)]
         depth = max(4 * CANDIDATES, 50)  # as deep as the index reads each ranking (fusion.hybrid_depth)
-        return rrf([[h.chunk_id for h in index.search(query, k=depth)], vector(qvec, depth)])[:CANDIDATES]
+        bm25 = [h.chunk_id for h in index.search(query, k=depth)]
+        return rrf([bm25, vector(qvec, depth)], weights=(1.0, index.hybrid_vector_weight))[:CANDIDATES]
 
     return rank
 
@@ -492,5 +496,6 @@ def run(quick: bool = False) -> dict[str, Any]:
         "rows": rows,
         "summary": f"Model: {embedder.model_id}. Load average at the end: {os.getloadavg()[0]:.1f} "
         f"({os.cpu_count()} cores; timings are per query, in this process, with other work on the machine). Hits: {CANDIDATES} chunks per query, mapped to documents "
-        f"(first occurrence); hybrid = the index's RRF (k={RRF_K}). " + " ".join(notes),
+        f"(first occurrence); hybrid = the index's RRF (k={RRF_K}, the vector ranking weighted "
+        f"{DEFAULT_VECTOR_WEIGHT:g}, the default). " + " ".join(notes),
     }

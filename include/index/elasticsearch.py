@@ -68,7 +68,13 @@ from include.index._es_mapping import (
 from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
 from include.index._vector_checks import query_array
 from include.index.base import DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
-from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
+from include.index.fusion import (
+    DEFAULT_VECTOR_WEIGHT,
+    check_search_mode,
+    check_vector_weight,
+    fuse_hybrid,
+    hybrid_depth,
+)
 
 __all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
 
@@ -113,6 +119,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
         max_attempts: int = 5,
         initial_backoff: float = 0.5,
         max_backoff: float = 30.0,
+        hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT,
         request_timeout: float = 30.0,
         owns_client: bool = True,
     ) -> None:
@@ -128,6 +135,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
         self.max_attempts = max_attempts
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
+        self.hybrid_vector_weight = check_vector_weight(hybrid_vector_weight)
         self._client = client
         self._owns_client = owns_client
         self._server_version: tuple[int, ...] = ()
@@ -156,6 +164,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
                 "initial_backoff",
                 "max_backoff",
                 "request_timeout",
+                "hybrid_vector_weight",
             )
             if k in opts
         }
@@ -387,8 +396,8 @@ class ElasticsearchIndex(Generations, IndexBackend):
             return self._nearest(query_vector, k, source)
         # ES's rrf retriever would fuse server-side, but needs a paid licence: fuse here.
         depth = hybrid_depth(k)
-        rankings = {"bm25": self._bm25(query, depth, source), "vector": self._nearest(query_vector, depth, source)}
-        return reciprocal_rank_fusion(rankings, k)
+        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
+        return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
 
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         if not query.strip():

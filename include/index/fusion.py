@@ -1,8 +1,14 @@
 """Reciprocal rank fusion (Cormack, Clarke and Büttcher, SIGIR 2009) of several search rankings.
 
-A hit's fused score is ``sum(1 / (rank_constant + rank))`` over the rankings it appears in
-(``rank`` 1-based); a hit missing from a ranking gets nothing from it. Only ranks count, so
-BM25 scores and cosine similarities, which live on different scales, need no normalising.
+A hit's fused score is ``sum(weight / (rank_constant + rank))`` over the rankings it appears in
+(``rank`` 1-based; ``weight`` 1 unless given); a hit missing from a ranking gets nothing from it.
+Only ranks count, so BM25 scores and cosine similarities, which live on different scales, need
+no normalising.
+
+Hybrid search weighs the vector ranking ``DEFAULT_VECTOR_WEIGHT`` (3) times the BM25 ranking by
+default, the 0.75/0.25 split of Weaviate's hybrid search (``alpha`` 0.75): with equal weights a
+much weaker BM25 ranking pulls a dense model's good hits down (measured in benchmarks/README.md,
+"Retrieval quality"). An index option, ``hybrid_vector_weight``, changes it; 1 is plain RRF.
 """
 
 from __future__ import annotations
@@ -12,13 +18,25 @@ from collections.abc import Mapping, Sequence
 
 from include.index.base import SEARCH_MODES, SearchHit
 
-__all__ = ["DEFAULT_RANK_CONSTANT", "check_search_mode", "hybrid_depth", "reciprocal_rank_fusion"]
+__all__ = [
+    "DEFAULT_RANK_CONSTANT",
+    "DEFAULT_VECTOR_WEIGHT",
+    "check_search_mode",
+    "check_vector_weight",
+    "fuse_hybrid",
+    "hybrid_depth",
+    "reciprocal_rank_fusion",
+]
 
 DEFAULT_RANK_CONSTANT = 60  # the paper's k: damps the weight of the very top ranks
+DEFAULT_VECTOR_WEIGHT = 3.0  # Weaviate's default alpha 0.75: vector 0.75 against BM25 0.25
 
 
 def reciprocal_rank_fusion(
-    rankings: Mapping[str, Sequence[SearchHit]], k: int, rank_constant: int = DEFAULT_RANK_CONSTANT
+    rankings: Mapping[str, Sequence[SearchHit]],
+    k: int,
+    rank_constant: int = DEFAULT_RANK_CONSTANT,
+    weights: Mapping[str, float] | None = None,
 ) -> list[SearchHit]:
     """The best ``k`` hits of the fused rankings, keyed by chunk id, best first.
 
@@ -37,9 +55,31 @@ def reciprocal_rank_fusion(
         for rank, hit in enumerate(hits, start=1):
             first.setdefault(hit.chunk_id, hit)
             ranks.setdefault(hit.chunk_id, {}).setdefault(name, rank)
-    fused = {cid: sum(1.0 / (rank_constant + r) for r in by_name.values()) for cid, by_name in ranks.items()}
+    weight = dict(weights or {})
+    fused = {
+        cid: sum(weight.get(name, 1.0) / (rank_constant + r) for name, r in by_name.items())
+        for cid, by_name in ranks.items()
+    }
     order = sorted(fused, key=lambda cid: (-fused[cid], min(ranks[cid].values()), cid))
     return [dataclasses.replace(first[cid], score=fused[cid], ranks=dict(ranks[cid])) for cid in order[:k]]
+
+
+def fuse_hybrid(
+    bm25: Sequence[SearchHit], vector: Sequence[SearchHit], k: int, vector_weight: float = DEFAULT_VECTOR_WEIGHT
+) -> list[SearchHit]:
+    """Hybrid search's fusion of its two rankings (both backends)."""
+    return reciprocal_rank_fusion({"bm25": bm25, "vector": vector}, k, weights={"vector": vector_weight})
+
+
+def check_vector_weight(value: object) -> float:
+    """An index's ``hybrid_vector_weight`` option, checked (a positive number)."""
+    try:
+        weight = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"hybrid_vector_weight must be a number, not {value!r}") from None
+    if not weight > 0 or weight == float("inf"):
+        raise ValueError(f"hybrid_vector_weight must be a positive number, not {value!r}")
+    return weight
 
 
 def hybrid_depth(k: int) -> int:

@@ -36,7 +36,13 @@ from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
 from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
-from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
+from include.index.fusion import (
+    DEFAULT_VECTOR_WEIGHT,
+    check_search_mode,
+    check_vector_weight,
+    fuse_hybrid,
+    hybrid_depth,
+)
 from include.index.sqlite_vectors import (
     DB_ERRORS,
     StoredVector,
@@ -151,7 +157,10 @@ def fts_query(query: str, *, stop_words: frozenset[str] = ENGLISH_STOP_WORDS) ->
 class SqliteFtsIndex(IndexBackend):
     backend_name = "sqlite"
 
-    def __init__(self, path: str | Path, index_name: str = "tributary") -> None:
+    def __init__(
+        self, path: str | Path, index_name: str = "tributary", *, hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT
+    ) -> None:
+        self.hybrid_vector_weight = check_vector_weight(hybrid_vector_weight)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.index_name = index_name
@@ -198,9 +207,11 @@ class SqliteFtsIndex(IndexBackend):
 
     @classmethod
     def from_config(cls, config: IndexConfig) -> Self:
-        """``options.path`` or the settings' index file (``$TRIBUTARY_INDEX_PATH``)."""
+        """``options.path`` or the settings' index file (``$TRIBUTARY_INDEX_PATH``);
+        ``options.hybrid_vector_weight`` (see :mod:`include.index.fusion`)."""
         path = config.options.get("path") or get_settings().index_path
-        return cls(path, index_name=config.name)
+        weight = config.options.get("hybrid_vector_weight", DEFAULT_VECTOR_WEIGHT)
+        return cls(path, index_name=config.name, hybrid_vector_weight=weight)
 
     # ------------------------------------------------------------------------------- writes
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:
@@ -386,8 +397,8 @@ class SqliteFtsIndex(IndexBackend):
         if mode == "vector":
             return self._nearest(query_vector, k, source)
         depth = hybrid_depth(k)
-        rankings = {"bm25": self._bm25(query, depth, source), "vector": self._nearest(query_vector, depth, source)}
-        return reciprocal_rank_fusion(rankings, k)
+        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
+        return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
 
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         match = fts_query(query)

@@ -11,7 +11,7 @@ import pytest
 
 from include.index._es_mapping import VECTOR_FIELD
 from include.index.elasticsearch import ElasticsearchIndex
-from include.index.fusion import hybrid_depth, reciprocal_rank_fusion
+from include.index.fusion import fuse_hybrid, hybrid_depth
 from tests.index.es_simulator import EsSimulator, es_simulator
 from tests.index.helpers import make_write, unit, with_vectors
 
@@ -68,9 +68,10 @@ def test_knn_and_hybrid_search_requests_and_scores(sim: tuple[EsSimulator, Elast
     bm25 = index.search("incremental sync", k=hybrid_depth(3))
     vector = index.search("incremental sync", k=hybrid_depth(3), mode="vector", query_vector=QUERY)
     assert [h.chunk_id for h in bm25] == [w.chunks[0].chunk_id, w.chunks[2].chunk_id]  # the simulator's tie order
-    expected = reciprocal_rank_fusion({"bm25": bm25, "vector": vector}, 3)
+    expected = fuse_hybrid(bm25, vector, 3)  # the vector ranking weighted 3 (the default)
     assert [(h.chunk_id, h.ranks) for h in fused] == [(h.chunk_id, h.ranks) for h in expected]
-    assert fused[0].ranks == {"bm25": 1, "vector": 3} and fused[2].ranks == {"vector": 1}
+    # 1/62 + 3/62 beats 1/61 + 3/63 and 3/61
+    assert fused[0].ranks == {"bm25": 2, "vector": 2} and fused[2].ranks == {"vector": 1}
 
 
 def test_vectors_for_asks_for_the_vectors_and_reads_them_back(sim: tuple[EsSimulator, ElasticsearchIndex]) -> None:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from include.config import IndexConfig
 from include.index.base import SearchHit
-from include.index.fusion import check_search_mode, hybrid_depth, reciprocal_rank_fusion
+from include.index.fusion import (
+    DEFAULT_VECTOR_WEIGHT,
+    check_search_mode,
+    check_vector_weight,
+    fuse_hybrid,
+    hybrid_depth,
+    reciprocal_rank_fusion,
+)
+from include.index.sqlite_fts import SqliteFtsIndex
 
 
 def _hits(*ids: str, score: float = 9.0) -> list[SearchHit]:
@@ -59,3 +70,30 @@ def test_hybrid_depth_and_mode_checks() -> None:
         check_search_mode("hybrid", None)
     with pytest.raises(ValueError, match="unknown search mode"):
         check_search_mode("dense", object())
+
+
+def test_weights_scale_a_rankings_share() -> None:
+    bm25, vector = _hits("a", "b"), _hits("b", "a")
+    # equal weights: a tie broken by the best rank, then the id
+    assert [h.chunk_id for h in reciprocal_rank_fusion({"bm25": bm25, "vector": vector}, 2)] == ["a", "b"]
+    # the vector ranking weighted 3x: its first hit wins, score 3/61 + 1/62
+    fused = fuse_hybrid(bm25, vector, 2, vector_weight=3.0)
+    assert [h.chunk_id for h in fused] == ["b", "a"]
+    assert fused[0].score == pytest.approx(3 / 61 + 1 / 62) and fused[0].ranks == {"bm25": 2, "vector": 1}
+    assert [h.chunk_id for h in fuse_hybrid(bm25, vector, 2, vector_weight=1.0)] == ["a", "b"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", None, float("inf"), float("nan")])
+def test_vector_weight_must_be_a_positive_number(bad: object) -> None:
+    with pytest.raises(ValueError, match="hybrid_vector_weight"):
+        check_vector_weight(bad)
+    assert check_vector_weight("2.5") == 2.5 and DEFAULT_VECTOR_WEIGHT == 3.0
+
+
+def test_sqlite_index_reads_its_vector_weight(tmp_path: Path) -> None:
+    opened = SqliteFtsIndex.from_config(
+        IndexConfig(options={"path": str(tmp_path / "i.db"), "hybrid_vector_weight": 1})
+    )
+    assert opened.hybrid_vector_weight == 1.0
+    with pytest.raises(ValueError, match="hybrid_vector_weight"):
+        SqliteFtsIndex.from_config(IndexConfig(options={"path": str(tmp_path / "j.db"), "hybrid_vector_weight": 0}))
