@@ -268,7 +268,9 @@ class SourceConfig(BaseModel):
         """
         parts: dict[str, Any] = {"parser": self.parser, "chunker": self.chunker.model_dump()}
         if self.embedding.enabled:
-            parts["embedding"] = self.embedding.model_dump(exclude={"batch_size", "requests_per_minute", "timeout_seconds"})
+            parts["embedding"] = self.embedding.model_dump(
+                exclude={"batch_size", "requests_per_minute", "timeout_seconds"}
+            )
         if versions:
             parts["versions"] = dict(versions)
         return options_hash(parts)

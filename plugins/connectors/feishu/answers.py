@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from plugins.connectors.feishu.errors import FeishuDataError, FeishuResponseTooLarge, error_from_response
 from include.http_body import BodyTooLarge, UndecodableBody, UnsupportedEncoding, aread_capped, read_capped
+from plugins.connectors.feishu.errors import FeishuDataError, FeishuResponseTooLarge, error_from_response
 
 __all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "ERROR_BODY_BYTES", "Answer", "aread_answer", "decode_json", "read_answer"]
 

@@ -24,6 +24,8 @@ import httpx
 import redis
 from tenacity import Retrying
 
+from include.http_body import ACCEPT_ENCODING
+from include.retry import RetryPolicy
 from plugins.connectors.feishu.answers import DEFAULT_MAX_RESPONSE_BYTES, Answer, decode_json, read_answer
 from plugins.connectors.feishu.budget import RequestBudget
 from plugins.connectors.feishu.errors import (
@@ -37,8 +39,6 @@ from plugins.connectors.feishu.errors import (
     credentials_error,
 )
 from plugins.connectors.feishu.token import TokenCache, UserTokenCache
-from include.http_body import ACCEPT_ENCODING
-from include.retry import RetryPolicy
 
 __all__ = [
     "Download",

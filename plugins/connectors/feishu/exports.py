@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying
 
+from include.http_body import ACCEPT_ENCODING
 from plugins.connectors.base import FetchError
 from plugins.connectors.feishu.answers import aread_answer, decode_json
 from plugins.connectors.feishu.client import FeishuClient, FeishuSettings, feishu_retry, rejected_twice, ssl_context
@@ -33,7 +34,6 @@ from plugins.connectors.feishu.errors import (
     FeishuResponseTooLarge,
     FeishuTokenInvalid,
 )
-from include.http_body import ACCEPT_ENCODING
 
 __all__ = [
     "DEFAULT_FORMATS",
