@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from include.config import IndexConfig
 from include.contract import Chunk
+from include.index.fusion import DEFAULT_VECTOR_WEIGHT, fuse_hybrid, hybrid_depth
 from include.vectors import VectorSet
 
 SearchMode = Literal["bm25", "vector", "hybrid"]
@@ -38,6 +39,7 @@ __all__ = [
     "SearchHit",
     "SearchMode",
     "UpsertResult",
+    "check_search_mode",
 ]
 
 
@@ -100,6 +102,7 @@ class IndexBackend(abc.ABC):
     """One named index. Implementations: ``include.index.sqlite_fts`` and ``include.index.elasticsearch``."""
 
     backend_name: str = "abstract"
+    hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT  # the index option of the same name
 
     @classmethod
     @abc.abstractmethod
@@ -114,7 +117,6 @@ class IndexBackend(abc.ABC):
     def delete_documents(self, source: str, doc_ids: Iterable[str]) -> int:
         """Remove every chunk of these documents; returns the number of chunks removed."""
 
-    @abc.abstractmethod
     def search(
         self,
         query: str,
@@ -124,8 +126,33 @@ class IndexBackend(abc.ABC):
         mode: SearchMode = "bm25",
         query_vector: npt.NDArray[np.float32] | None = None,
     ) -> list[SearchHit]:
-        """Best-first hits; ``vector`` and ``hybrid`` need ``query_vector`` (the query embedded
-        with the model the chunks were embedded with)."""
+        """Best-first hits: ``bm25`` (full text), ``vector`` (cosine similarity to ``query_vector``,
+        the query embedded with the model the chunks were embedded with) or ``hybrid`` (both,
+        fused by :func:`~include.index.fusion.fuse_hybrid`, the vector ranking weighted
+        ``hybrid_vector_weight``).
+
+        An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
+        ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
+        index's vectors is a ValueError.
+        """
+        check_search_mode(mode, query_vector)
+        if mode == "bm25":
+            return self._bm25(query, k, source)
+        assert query_vector is not None  # check_search_mode refused a vector search without one
+        if mode == "vector":
+            return self._nearest(query_vector, k, source)
+        # both backends fuse here: Elasticsearch's rrf retriever would fuse server-side, but needs a paid licence
+        depth = hybrid_depth(k)
+        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
+        return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
+
+    @abc.abstractmethod
+    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
+        """The best ``k`` full-text hits (BM25 over any of the query's terms)."""
+
+    @abc.abstractmethod
+    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
+        """The ``k`` chunks whose vectors are nearest ``query_vector`` (cosine similarity as score)."""
 
     @abc.abstractmethod
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
@@ -156,3 +183,11 @@ class IndexBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
+
+
+def check_search_mode(mode: str, query_vector: object) -> None:
+    """Refuse an unknown mode, or a vector/hybrid search without its query vector."""
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(SEARCH_MODES)})")
+    if mode != "bm25" and query_vector is None:
+        raise ValueError(f"search mode {mode!r} needs query_vector (the query embedded with the chunks' model)")

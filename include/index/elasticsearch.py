@@ -67,13 +67,10 @@ from include.index._es_mapping import (
 )
 from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
 from include.index._vector_checks import query_array
-from include.index.base import DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
+from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
 from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
-    check_search_mode,
     check_vector_weight,
-    fuse_hybrid,
-    hybrid_depth,
 )
 
 __all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
@@ -373,32 +370,6 @@ class ElasticsearchIndex(Generations, IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------ reads
-    def search(
-        self,
-        query: str,
-        *,
-        k: int = 10,
-        source: str | None = None,
-        mode: SearchMode = "bm25",
-        query_vector: npt.NDArray[np.float32] | None = None,
-    ) -> list[SearchHit]:
-        """BM25, kNN (cosine similarity to ``query_vector``) or hybrid (both, fused by Tributary's RRF).
-
-        An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
-        ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
-        index's vectors is a ValueError.
-        """
-        check_search_mode(mode, query_vector)
-        if mode == "bm25":
-            return self._bm25(query, k, source)
-        assert query_vector is not None  # check_search_mode refused a vector search without one
-        if mode == "vector":
-            return self._nearest(query_vector, k, source)
-        # ES's rrf retriever would fuse server-side, but needs a paid licence: fuse here.
-        depth = hybrid_depth(k)
-        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
-        return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
-
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         if not query.strip():
             return []

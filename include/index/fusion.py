@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from include.index.base import SEARCH_MODES, SearchHit
+if TYPE_CHECKING:  # base.py imports this module (its search fuses here): no import back at run time
+    from include.index.base import SearchHit
 
 __all__ = [
     "DEFAULT_RANK_CONSTANT",
     "DEFAULT_VECTOR_WEIGHT",
-    "check_search_mode",
     "check_vector_weight",
     "fuse_hybrid",
     "hybrid_depth",
@@ -85,11 +86,3 @@ def check_vector_weight(value: object) -> float:
 def hybrid_depth(k: int) -> int:
     """How deep each ranking is read before fusing ``k`` hybrid hits (fusion needs overlap)."""
     return max(k * 4, 50)
-
-
-def check_search_mode(mode: str, query_vector: object) -> None:
-    """Refuse an unknown mode, or a vector/hybrid search without its query vector."""
-    if mode not in SEARCH_MODES:
-        raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(SEARCH_MODES)})")
-    if mode != "bm25" and query_vector is None:
-        raise ValueError(f"search mode {mode!r} needs query_vector (the query embedded with the chunks' model)")

@@ -35,13 +35,10 @@ import numpy.typing as npt
 from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
-from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, SearchMode, UpsertResult
+from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, UpsertResult
 from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
-    check_search_mode,
     check_vector_weight,
-    fuse_hybrid,
-    hybrid_depth,
 )
 from include.index.sqlite_vectors import (
     DB_ERRORS,
@@ -374,32 +371,6 @@ class SqliteFtsIndex(IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------- reads
-    def search(
-        self,
-        query: str,
-        *,
-        k: int = 10,
-        source: str | None = None,
-        mode: SearchMode = "bm25",
-        query_vector: npt.NDArray[np.float32] | None = None,
-    ) -> list[SearchHit]:
-        """BM25 (any of the query's terms, see ``fts_query``), vector (cosine similarity to
-        ``query_vector``) or hybrid (both, fused by RRF).
-
-        An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
-        ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
-        index's vectors is a ValueError.
-        """
-        check_search_mode(mode, query_vector)
-        if mode == "bm25":
-            return self._bm25(query, k, source)
-        assert query_vector is not None  # check_search_mode refused a vector search without one
-        if mode == "vector":
-            return self._nearest(query_vector, k, source)
-        depth = hybrid_depth(k)
-        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
-        return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
-
     def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
         match = fts_query(query)
         if match is None:

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from include.config import IndexConfig
-from include.index.base import SearchHit
+from include.index.base import SearchHit, check_search_mode
 from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
-    check_search_mode,
     check_vector_weight,
     fuse_hybrid,
     hybrid_depth,
