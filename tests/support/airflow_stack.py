@@ -89,10 +89,24 @@ class AirflowProcesses:
         self.start("dag-processor", "dag-processor")
 
     def tails(self, lines: int = 40) -> str:
-        return "\n".join(
+        """The task logs that record an error, then the components' logs (ends of each): a
+        failed task's reason comes first, before an assertion message is cut."""
+        components = [
             f"----- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
             for p in sorted(self.logs.glob("*.log"))
-        )
+        ]
+        return "\n".join([*self._failed_task_logs(lines), *components])
+
+    def _failed_task_logs(self, lines: int) -> list[str]:
+        home = Path(self.env.get("AIRFLOW_HOME", "")) / "logs"
+        if not self.env.get("AIRFLOW_HOME") or not home.is_dir():
+            return []
+        found = []
+        for path in sorted(home.rglob("*.log")):
+            text = path.read_text(errors="replace")
+            if '"level":"error"' in text.replace(" ", "") or "Traceback" in text:
+                found.append(f"----- task log {path.relative_to(home)}\n" + "\n".join(text.splitlines()[-lines:]))
+        return found
 
     def wait(self, what: str, fn: Callable[[], Any], timeout: float = 240) -> Any:
         """Poll ``fn`` every second until it returns something truthy (HTTP errors retried)."""
