@@ -9,6 +9,7 @@ it the client (``_es``), the retry policy (``_call``) and the layout settings.
 
 from __future__ import annotations
 
+import abc
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -34,14 +35,18 @@ T = TypeVar("T")
 _REBUILD_META_KEY = "tributary_rebuild_source"
 
 
-class Generations:
+class Generations(abc.ABC):
+    """The generations behind one alias; the index class provides ``_call`` (its requests under
+    its retry policy) and the attributes below."""
+
     alias: str
     shards: int
     replicas: int
     _es: Elasticsearch
 
+    @abc.abstractmethod
     def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        raise NotImplementedError  # ElasticsearchIndex's: one request under its retry policy
+        """One request under the index's retry policy (``ElasticsearchIndex._call``)."""
 
     def _put_template(self) -> None:
         self._call(
