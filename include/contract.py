@@ -331,6 +331,8 @@ class ParsedDocument:
     parser: str | None = None
     parser_version: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # how the parser read it, for parsers with a choice (a PDF: "text", "ocr" or "auto")
+    engine: str | None = None
 
     @property
     def text(self) -> str:
@@ -347,6 +349,7 @@ class ParsedDocument:
             "parser": self.parser,
             "parser_version": self.parser_version,
             "metadata": self.metadata,
+            "engine": self.engine,
         }
 
     @classmethod
@@ -358,6 +361,7 @@ class ParsedDocument:
             parser=data.get("parser"),
             parser_version=data.get("parser_version"),
             metadata=dict(data.get("metadata") or {}),
+            engine=data.get("engine"),
         )
 
 

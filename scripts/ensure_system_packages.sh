@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: nginx (real ETag/304 server), LibreOffice (office fixtures,
-# legacy .doc/.xls conversion), Chromium (UI screenshots). Installs only what is missing.
+# legacy .doc/.xls conversion), Chromium (UI screenshots), tesseract (OCR). Installs only what is missing.
 set -euo pipefail
 need=()
 command -v nginx >/dev/null 2>&1 || need+=(nginx-light)
@@ -9,6 +9,10 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -d /usr/share/doc/python3/html ] || [ -d /usr/share/doc/python3-doc ] || need+=(python3-doc)
 # the Chinese query set of the retrieval benchmark (benchmarks/retrieval.py)
 [ -d /usr/share/doc/debian/FAQ/zh-cn ] || need+=(debian-faq-zh-cn)
+# OCR (plugins/parsers/_ocr.py): the engine and its Chinese and English models, as Debian packages
+command -v tesseract >/dev/null 2>&1 || need+=(tesseract-ocr)
+[ -f /usr/share/tesseract-ocr/5/tessdata/chi_sim.traineddata ] || need+=(tesseract-ocr-chi-sim)
+[ -f /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ] || need+=(tesseract-ocr-eng)
 if [ ${#need[@]} -eq 0 ]; then echo "system packages: all present"; exit 0; fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "system packages missing (${need[*]}); install them with apt-get as root — dependent tests will be skipped" >&2

@@ -64,6 +64,11 @@ class Limits:
     isolate_memory_ratio: float = 8.0
     # total bytes a PDF's compressed non-image streams may inflate to (pdfium holds them)
     pdf_max_inflated: int = 512 * MiB
+    # embedded files (a workbook inside a DOCX, a PDF's attachments): how deep containers may
+    # nest, how many files and how many bytes all levels together may hand to a parser
+    embed_max_depth: int = 3
+    embed_max_files: int = 1_000
+    embed_max_total: int = 128 * MiB
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Limits:

@@ -30,6 +30,8 @@ __all__ = [
     "BUILTIN_PARSERS",
     "ParseContext",
     "ParserSpec",
+    "choose_engine",
+    "engine_choices",
     "get_parser",
     "load_builtins",
     "parse_document",
@@ -67,6 +69,9 @@ class ParseContext:
     declared_type: str | None = None
     url: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    # the engine chosen for this parse (option ``engines: {<engine_key>: name}``, else the
+    # parser's default), for parsers that register more than one way to read a format
+    engine: str | None = None
 
 
 ParserFn = Callable[[bytes, ParseContext], ParsedDocument]
@@ -81,6 +86,10 @@ class ParserSpec:
     fn: ParserFn
     # run in a forked child with a hard deadline: for parsers whose C code may hang (pdfium)
     isolate: bool = False
+    # the ways this parser can read its format, default first ("auto", "text", "ocr" for PDF),
+    # chosen per source with ``parser: {engines: {<engine_key>: <engine>}}``
+    engines: tuple[str, ...] = ()
+    engine_key: str = ""
 
 
 _BY_MEDIA_TYPE: dict[str, ParserSpec] = {}
@@ -113,15 +122,20 @@ def register_parser(
     extensions: tuple[str, ...] = (),
     *,
     isolate: bool = False,
+    engines: tuple[str, ...] = (),
+    engine_key: str = "",
 ) -> Callable[[ParserFn], ParserFn]:
     """Decorator: register ``fn`` for the given media types and file extensions.
 
     ``isolate=True`` runs the parser in a forked child process by default (option ``isolate``
-    overrides), so a hang inside C code still ends at the time budget.
+    overrides), so a hang inside C code still ends at the time budget. ``engines`` names the
+    ways the parser can read its format (default first); a source picks one with
+    ``engines: {<engine_key>: <engine>}`` and the parser finds it in ``ParseContext.engine``.
     """
 
     def deco(fn: ParserFn) -> ParserFn:
-        spec = ParserSpec(name, version, media_types, tuple(e.lower().lstrip(".") for e in extensions), fn, isolate)
+        exts = tuple(e.lower().lstrip(".") for e in extensions)
+        spec = ParserSpec(name, version, media_types, exts, fn, isolate, engines, engine_key or name)
         for mt in media_types:
             _BY_MEDIA_TYPE[mt] = spec
         for ext in spec.extensions:
@@ -244,15 +258,42 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
         declared_type=raw.media_type,
         url=raw.url,
         options=options or {},
+        engine=choose_engine(spec, options),
     )
     isolate = ctx.options.get("isolate", spec.isolate)
     doc = _run_isolated(spec, raw.data, ctx) if isolate else _run(spec, raw.data, ctx)
     doc.parser = spec.name
     doc.parser_version = spec.version
+    doc.engine = doc.engine or ctx.engine
     doc.media_type = doc.media_type or media_type
     if not doc.title:
         doc.title = raw.title
     return doc
+
+
+def choose_engine(spec: ParserSpec, options: Mapping[str, Any] | None) -> str | None:
+    """The engine ``options["engines"]`` picks for ``spec``'s format, else its default.
+
+    An engine the parser does not have is refused (``unsupported``, naming the ones it has)
+    rather than silently read another way: the source asked for something specific.
+    """
+    if not spec.engines:
+        return None
+    chosen = ((options or {}).get("engines") or {}).get(spec.engine_key)
+    if chosen is None:
+        return spec.engines[0]
+    if chosen not in spec.engines:
+        raise ParseError(
+            ParseErrorCode.UNSUPPORTED,
+            f"parser engine {chosen!r} for {spec.engine_key} is not one of {', '.join(spec.engines)}",
+        )
+    return str(chosen)
+
+
+def engine_choices() -> dict[str, tuple[str, ...]]:
+    """Every engine key with its engines (default first): what ``parser.engines`` may name."""
+    load_builtins()
+    return {spec.engine_key: spec.engines for spec in _BY_MEDIA_TYPE.values() if spec.engines}
 
 
 def _run(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:

@@ -7,15 +7,33 @@ declared type nor the extension names a parser.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import re
+import struct
 import zipfile
+
+import olefile
 
 from plugins.parsers.registry import BINARY_TYPES, register_sniffer
 
-__all__ = ["DOCX", "OLE_ENCRYPTED", "PPTX", "XLSX", "sniff_binary", "sniff_text"]
+__all__ = [
+    "DOCX",
+    "EPUB",
+    "IMAGE_TYPES",
+    "MHTML",
+    "ODP",
+    "ODS",
+    "ODT",
+    "OLE_ENCRYPTED",
+    "PPTX",
+    "RTF",
+    "XLSX",
+    "sniff_binary",
+    "sniff_text",
+]
 
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -27,8 +45,22 @@ PPT = "application/vnd.ms-powerpoint"
 # An OOXML file with a password is an OLE container holding "EncryptedPackage".
 OLE_ENCRYPTED = "application/x-ole-encrypted"
 OLE_OTHER = "application/x-ole-storage"
+EPUB = "application/epub+zip"
+ODT = "application/vnd.oasis.opendocument.text"
+ODS = "application/vnd.oasis.opendocument.spreadsheet"
+ODP = "application/vnd.oasis.opendocument.presentation"
+RTF = "application/rtf"
+# RFC 2557 web archives (.mht / .mhtml): a MIME message whose root is multipart/related
+MHTML = "multipart/related"
+PNG = "image/png"
+JPEG = "image/jpeg"
+TIFF = "image/tiff"
+GIF = "image/gif"
+BMP = "image/bmp"
+WEBP = "image/webp"
+IMAGE_TYPES = (PNG, JPEG, TIFF, GIF, BMP, WEBP)
 
-BINARY_TYPES.update({PDF, DOCX, XLSX, PPTX, DOC, XLS, PPT})
+BINARY_TYPES.update({PDF, DOCX, XLSX, PPTX, DOC, XLS, PPT, EPUB, ODT, ODS, ODP, *IMAGE_TYPES})
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _MAIN_PARTS = (
@@ -51,34 +83,120 @@ def _utf16(name: str) -> bytes:
     return name.encode("utf-16-le")
 
 
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", PNG),
+    (b"\xff\xd8\xff", JPEG),
+    (b"II*\x00", TIFF),
+    (b"MM\x00*", TIFF),
+    (b"GIF87a", GIF),
+    (b"GIF89a", GIF),
+)
+# RFC 2557: the archive's own header block, naming multipart/related, comes before the first
+# blank line; MIME-Version or From opens it (what browsers and Word write)
+_MHTML_HEAD = re.compile(rb"^(?:[!-9;-~]+:[^\r\n]*\r?\n(?:[ \t][^\r\n]*\r?\n)*)+", re.S)
+_MULTIPART_RELATED = re.compile(rb"content-type:\s*multipart/related", re.I)
+
+
 @register_sniffer
 def sniff_binary(data: bytes, file_name: str = "") -> str | None:
     head = data[:1024]
     if b"%PDF-" in head:
         return PDF
     if data.startswith(_OLE_MAGIC):
-        # Directory entries hold stream names in UTF-16; a substring test is enough to route.
-        if _utf16("EncryptedPackage") in data:
-            return OLE_ENCRYPTED
-        if _utf16("WordDocument") in data:
-            return DOC
-        if _utf16("Workbook") in data or _utf16("Book") in data:
-            return XLS
-        if _utf16("PowerPoint Document") in data:
-            return PPT
-        return OLE_OTHER
+        return _sniff_ole(data)
     if data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return _sniff_zip(data, file_name)
+    for magic, media in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return media
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return WEBP
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n")[:5] == b"{\\rtf":
+        return RTF
+    if _is_biff2_to_4(data):
+        return XLS
+    return _sniff_mhtml(head)
+
+
+# Top-level stream names of OLE compound files by kind. Names compare case-insensitively
+# ([MS-CFB] 2.6.4: directory names compare without case), and only the root storage's own
+# streams count: an .xls with an embedded Word document holds "WordDocument" in a sub-storage.
+_OLE_ROOT_STREAMS = (
+    ("encryptedpackage", OLE_ENCRYPTED),
+    ("worddocument", DOC),
+    ("workbook", XLS),
+    ("book", XLS),
+    ("powerpoint document", PPT),
+)
+
+
+def _sniff_ole(data: bytes) -> str:
+    names = _ole_root_names(data)
+    for stream, media in _OLE_ROOT_STREAMS:
+        if stream in names:
+            return media
+    return OLE_OTHER
+
+
+def _ole_root_names(data: bytes) -> set[str]:
+    """Lower-cased names of the root storage's entries; from a byte scan when the directory is damaged."""
+    with contextlib.suppress(Exception), olefile.OleFileIO(data) as ole:  # a damaged or hostile directory
+        return {entry[0].lower() for entry in ole.listdir(streams=True, storages=True) if len(entry) == 1}
+    lowered = data.lower()
+    return {stream for stream, _ in _OLE_ROOT_STREAMS if _utf16(stream) in lowered}
+
+
+def _is_biff2_to_4(data: bytes) -> bool:
+    """A BIFF2-4 worksheet or workbook: a bare BOF record, not inside an OLE file (pre-Excel 5)."""
+    if len(data) < 8:
+        return False
+    record, length, _version, kind = struct.unpack_from("<HHHH", data)
+    return record in (0x0009, 0x0209, 0x0409) and length in (4, 6, 8) and kind in (0x10, 0x20, 0x40, 0x100)
+
+
+def _sniff_mhtml(head: bytes) -> str | None:
+    block = _MHTML_HEAD.match(head)
+    if block and _MULTIPART_RELATED.search(block.group(0)):
+        return MHTML
     return None
 
 
 _OOXML_EXT = {"docx": DOCX, "docm": DOCX, "dotx": DOCX, "xlsx": XLSX, "xlsm": XLSX, "pptx": PPTX, "ppsx": PPTX}
 
 
+# EPUB (OCF 3.0 4.3) and ODF (ODF 1.2 part 3, 3.3) name their kind in a first, stored member
+# called "mimetype"; the byte test works on archives too damaged for the directory to be read
+_ZIP_MIMETYPES = {
+    b"application/epub+zip": EPUB,
+    b"application/vnd.oasis.opendocument.text": ODT,
+    b"application/vnd.oasis.opendocument.text-template": ODT,
+    b"application/vnd.oasis.opendocument.spreadsheet": ODS,
+    b"application/vnd.oasis.opendocument.spreadsheet-template": ODS,
+    b"application/vnd.oasis.opendocument.presentation": ODP,
+    b"application/vnd.oasis.opendocument.presentation-template": ODP,
+}
+
+
+def _zip_mimetype(data: bytes) -> str | None:
+    if data[30:38] == b"mimetype":
+        declared = data[38 : 38 + 100].split(b"PK", 1)[0].strip()
+        return _ZIP_MIMETYPES.get(declared)
+    return None
+
+
 def _sniff_zip(data: bytes, file_name: str) -> str:
+    by_mimetype = _zip_mimetype(data)
+    if by_mimetype:
+        return by_mimetype
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             names = set(zf.namelist())
+            if "mimetype" in names:
+                declared = zf.read("mimetype")[:100].strip()
+                if declared in _ZIP_MIMETYPES:
+                    return _ZIP_MIMETYPES[declared]
+            if "META-INF/container.xml" in names:  # an EPUB missing its mimetype member
+                return EPUB
             for part, media in _MAIN_PARTS:
                 if part in names:
                     return media
