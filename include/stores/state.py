@@ -112,6 +112,8 @@ run_items_table = sa.Table(
     sa.Column("chunks_embedded", sa.JSON),
     sa.Column("chunks_vector_reused", sa.JSON),
     sa.Column("chunks_truncated", sa.JSON),
+    # issue 23: the parser engine a source chose for the item's format (a PDF: auto, text or ocr)
+    sa.Column("parser_engine", sa.String(50)),
 )
 sa.Index("run_items_source_key", run_items_table.c.source, run_items_table.c.item_key)
 
@@ -175,6 +177,7 @@ class RunItem:
     chunks_vector_reused: list[str] = field(default_factory=list)
     # [{"chunk_id", "tokens", "kept"}]: chunks longer than the model takes, as the model cut them
     chunks_truncated: list[dict[str, Any]] = field(default_factory=list)
+    parser_engine: str | None = None
 
 
 # Any constant both processes agree on: the key of PostgreSQL's advisory lock for schema changes.

@@ -196,7 +196,9 @@ def cmd_chunk(args: argparse.Namespace) -> int:
         f"{found['chunk_id']} of {found['source']} {found['item_key']}\n"
         f"  written by run {found['run'].get('run_id')} ({found['run'].get('status', '?')}) "
         f"from version {found['doc_version']} (content {found['doc_content_hash']})\n"
-        f"  parser {stages.get('parser')} {stages.get('parser_version')}, chunker {stages.get('chunker')}, "
+        f"  parser {stages.get('parser')} {stages.get('parser_version')}"
+        + (f" (engine {stages['parser_engine']})" if stages.get("parser_engine") else "")
+        + f", chunker {stages.get('chunker')}, "
         f"stage ms {stages.get('stage_ms')}\n"
         f"  {'current' if found['current'] else 'superseded'} in {found['index']['backend']}/{found['index']['name']}"
     )

@@ -176,6 +176,7 @@ def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) ->
         staged_path=item.raw.file.path if item.raw else None,
         parser=parsed.parser,
         parser_version=parsed.parser_version,
+        parser_engine=parsed.parser_engine,
         blocks=parsed.blocks,
         chars=parsed.chars,
         chunker=chunked.chunker,

@@ -44,11 +44,24 @@ __all__ = [
 
 ACTIONS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
 
-# ParsedDocument.metadata keys that say the text in the index is not the whole document: pages
-# that are only images (needs OCR), content cut at a size cap, parts left out (hidden sheets,
-# unreadable lines). By convention a parser may also report ``truncated*`` / ``*_skipped`` /
-# ``skipped_*`` keys or a ``warnings`` list; those are carried too.
-_WARNING_KEYS = ("needs_ocr", "ocr_pages", "truncated", "invalid_lines", "hidden_sheets_skipped", "warnings")
+# ParsedDocument.metadata keys that say the text in the index is not the whole document, or not
+# read from the document's own text: pages that are only images (needs OCR, or OCR'd: its text is
+# a recognition, ``ocr_used``), content cut at a size cap, parts left out (hidden sheets,
+# unreadable lines, embedded files that failed), a file pdfium refused and a second reader read.
+# By convention a parser may also report ``truncated*`` / ``*_skipped`` / ``skipped_*`` keys or a
+# ``warnings`` list; those are carried too.
+_WARNING_KEYS = (
+    "needs_ocr",
+    "ocr_pages",
+    "ocr_used",
+    "ocr_unavailable",
+    "truncated",
+    "invalid_lines",
+    "hidden_sheets_skipped",
+    "embedded_failed",
+    "pdfium_refused",
+    "warnings",
+)
 _MAX_WARNING_CHARS = 2000  # a lineage row stays small whatever a parser put in its metadata
 
 
@@ -220,6 +233,7 @@ def chunk_lineage(store: StateStore, chunk_id: str, source: str | None = None) -
             {
                 "parser": lineage["parser"],
                 "parser_version": lineage["parser_version"],
+                "parser_engine": lineage.get("parser_engine"),
                 "blocks": lineage["blocks"],
                 "chars": lineage["chars"],
                 "chunker": lineage["chunker"],

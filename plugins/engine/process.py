@@ -94,6 +94,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
             content_hash=digest,
             parser=doc.parser,
             parser_version=doc.parser_version,
+            parser_engine=doc.engine,
             blocks=len(doc.blocks),
             chars=sum(len(b.text) for b in doc.blocks),
             title=doc.title or (item.raw.title if item.raw else None),

@@ -163,6 +163,7 @@ class ParseOutcome:
     title: str | None = None
     warnings: dict[str, Any] = field(default_factory=dict)
     file: StagedRef | None = None
+    parser_engine: str | None = None  # how the parser read it, where it has a choice (PDF: auto/text/ocr)
 
 
 @dataclass(slots=True)

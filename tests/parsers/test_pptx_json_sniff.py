@@ -113,7 +113,9 @@ def test_sniff_binary_kinds_ignore_wrong_names():
     assert sniff_media_type(build_pdf([[(72, 100, 11, "x")]]), "slides.pptx", PPTX) == "application/pdf"
     # an HTML error page saved under an office name is not sent to the office parser
     assert sniff_media_type(b"<html><body>Not found</body></html>", "sheet.xlsx", XLSX) == "text/html"
-    assert sniff_media_type(b"\x89PNG\r\n\x1a\n\x00\x00binary", "sheet.xlsx") == "application/octet-stream"
+    assert sniff_media_type(b"\x7fELF\x02\x01\x01\x00binary", "sheet.xlsx") == "application/octet-stream"
+    # an image is an image whatever its name (the image parser OCRs it)
+    assert sniff_media_type(b"\x89PNG\r\n\x1a\n\x00\x00binary", "sheet.xlsx") == "image/png"
 
 
 def test_wrong_extension_parses_by_content():
@@ -122,7 +124,7 @@ def test_wrong_extension_parses_by_content():
     pdf = parse_bytes(build_pdf([[(72, 100, 11, "Real PDF text")]]), "misnamed.docx")
     assert pdf.parser == "pdf" and pdf.text == "Real PDF text"
     with pytest.raises(ParseError) as err:
-        parse_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "photo.docx")
+        parse_bytes(b"\x7fELF\x02\x01\x01\x00\x00binary", "program.docx")
     assert err.value.code == ParseErrorCode.UNSUPPORTED
 
 
