@@ -32,6 +32,7 @@ from plugins.engine.plan_rules import (
     split_batches,
 )
 from plugins.engine.records import RunPlan
+from plugins.parsers.registry import check_engines
 
 __all__ = ["discover_stage", "open_connector", "processing_versions"]
 
@@ -144,6 +145,7 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
     staging = ctx.staging  # one instance: it remembers the digests of what discovery staged
     if (planned := _already_planned(ctx, store, staging)) is not None:
         return planned
+    check_engines(source.parser)  # a typo in parser.engines fails here, before any document
     states = store.items(source.source_id)
     processing = source.processing_hash(processing_versions(source))
     found, request, forced = _discover(ctx, staging, states, processing)

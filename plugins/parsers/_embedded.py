@@ -66,7 +66,9 @@ class EmbeddedResult:
 
 def embedded_images_wanted(options: Mapping[str, Any]) -> bool:
     """Whether images inside documents should be OCR'd (``engines: {embedded_images: ocr}``)."""
-    return ((options.get("engines") or {}).get("embedded_images") or "off") == "ocr"
+    from plugins.parsers.registry import EMBEDDED_IMAGES
+
+    return ((options.get("engines") or {}).get(EMBEDDED_IMAGES) or "off") == "ocr"
 
 
 def parse_embedded(

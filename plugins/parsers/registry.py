@@ -28,8 +28,10 @@ from plugins.parsers._common import Limits
 
 __all__ = [
     "BUILTIN_PARSERS",
+    "EMBEDDED_IMAGES",
     "ParseContext",
     "ParserSpec",
+    "check_engines",
     "choose_engine",
     "engine_choices",
     "get_parser",
@@ -293,7 +295,34 @@ def choose_engine(spec: ParserSpec, options: Mapping[str, Any] | None) -> str | 
 def engine_choices() -> dict[str, tuple[str, ...]]:
     """Every engine key with its engines (default first): what ``parser.engines`` may name."""
     load_builtins()
-    return {spec.engine_key: spec.engines for spec in _BY_MEDIA_TYPE.values() if spec.engines}
+    choices = {spec.engine_key: spec.engines for spec in _BY_MEDIA_TYPE.values() if spec.engines}
+    choices[EMBEDDED_IMAGES] = ("off", "ocr")  # images inside documents: read by the image parser
+    return choices
+
+
+# ``engines: {embedded_images: ocr}``: hand images inside documents to the image parser (OCR)
+EMBEDDED_IMAGES = "embedded_images"
+
+
+def check_engines(options: Mapping[str, Any] | None) -> None:
+    """Refuse a source's ``engines`` that name a format or an engine no parser has (ValueError).
+
+    Called when a run is planned, so a typo fails the run at once with the choices, instead of
+    every document of that format failing one by one.
+    """
+    engines = (options or {}).get("engines")
+    if engines is None:
+        return
+    if not isinstance(engines, Mapping):
+        raise ValueError(f"parser.engines must be a mapping of format to engine, not {type(engines).__name__}")
+    choices = engine_choices()
+    for key, engine in engines.items():
+        if key not in choices:
+            raise ValueError(
+                f"parser.engines: no parser has a choice of engine for {key!r} (known: {', '.join(sorted(choices))})"
+            )
+        if engine not in choices[key]:
+            raise ValueError(f"parser.engines.{key}: {engine!r} is not one of {', '.join(choices[key])}")
 
 
 def _run(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:
