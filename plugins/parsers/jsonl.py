@@ -1,36 +1,45 @@
-"""JSON and JSON Lines: records with their paths.
+"""JSON, JSON Lines and concatenated JSON: records with their paths.
 
 A JSON document's records are the items of its largest array of objects (``$.items[3]``), or
-the document itself; JSON Lines records are its lines (``line`` position, ``$`` path). Each
-record becomes a paragraph of ``key.path: value`` lines, so field names stay searchable.
+the document itself. A stream of JSON values -- one per line (JSON Lines), back to back
+(``{"a":1}{"b":2}``, what loggers and ``jq -c`` without newlines write), or separated by RFC 7464
+record separators -- has one record per value (``line`` position of the value's start, ``$``
+path). Each record becomes a paragraph of ``key.path: value`` lines, so field names stay
+searchable. A value that does not decode is counted (``invalid_lines``) and reading resumes at
+the next line; a truncated tail is such a value. A ``.json`` that is a Jupyter notebook goes to
+the notebook parser (servers label notebooks ``application/json``).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, decode_text
-from plugins.parsers.registry import ParseContext, register_parser
+from plugins.parsers.registry import ParseContext, get_parser, register_parser
 
-__all__ = ["parse_json", "parse_jsonl"]
+__all__ = ["NOTEBOOK", "flatten", "is_notebook", "iter_json_values", "parse_json", "parse_jsonl"]
+
+NOTEBOOK = "application/x-ipynb+json"
 
 _MAX_DEPTH = 64
 
 
-def _flatten(value: Any, prefix: str, out: list[str], depth: int = 0) -> None:
+def flatten(value: Any, prefix: str, out: list[str], depth: int = 0) -> None:
     if depth > _MAX_DEPTH:
         raise ParseError(ParseErrorCode.BOMB, f"json: nesting deeper than {_MAX_DEPTH}")
     if isinstance(value, dict):
         for k, v in value.items():
-            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
+            flatten(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
     elif isinstance(value, list):
         if all(not isinstance(v, dict | list) for v in value):
             out.append(f"{prefix}: {', '.join(_scalar(v) for v in value)}")
         else:
             for i, v in enumerate(value):
-                _flatten(v, f"{prefix}[{i}]", out, depth + 1)
+                flatten(v, f"{prefix}[{i}]", out, depth + 1)
     else:
         out.append(f"{prefix}: {_scalar(value)}" if prefix else _scalar(value))
 
@@ -67,6 +76,11 @@ def _loads(text: str) -> Any:
         raise ParseError(ParseErrorCode.CORRUPT, f"json: {exc}") from exc
 
 
+def is_notebook(doc: Any) -> bool:
+    """A Jupyter notebook: "nbformat" and its cells (v4 "cells", v3 "worksheets") at the top."""
+    return isinstance(doc, dict) and "nbformat" in doc and ("cells" in doc or "worksheets" in doc)
+
+
 @register_parser("json", "1.0", ("application/json", "text/json"), ("json",))
 def parse_json(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
@@ -76,11 +90,16 @@ def parse_json(data: bytes, ctx: ParseContext) -> ParsedDocument:
     try:
         doc = _loads(text)
     except ParseError as exc:
-        # JSON Lines saved as .json is common: "Extra data" after the first value says so
-        if "Extra data" in exc.message and text.lstrip()[:1] in ("{", "["):
+        # JSON Lines or concatenated JSON saved as .json is common: "Extra data" after the first
+        # value says so; a leading record separator is an RFC 7464 JSON text sequence
+        opening = text.lstrip(" \t\r\n\ufeff")[:1]
+        if ("Extra data" in exc.message and opening in ("{", "[")) or opening == "\x1e":
             return parse_jsonl(data, ctx)
         raise
-    builder = BlockBuilder(limits.max_blocks)
+    notebook = get_parser(NOTEBOOK) if is_notebook(doc) else None
+    if notebook is not None:
+        return notebook.fn(data, ctx)
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     found = _record_array(doc)
     if found is not None:
         path, records = found
@@ -90,17 +109,17 @@ def parse_json(data: bytes, ctx: ParseContext) -> ParsedDocument:
             if i >= limits.max_rows:
                 raise ParseError(ParseErrorCode.TOO_LARGE, f"json: more than {limits.max_rows} records")
             lines: list[str] = []
-            _flatten(rec, "", lines)
+            flatten(rec, "", lines)
             builder.paragraph("\n".join(lines), [Position(path=f"{path}[{i}]")])
         # the rest of the document (envelope fields such as totals and titles) as one block
         if isinstance(doc, dict):
             rest: list[str] = []
             top = path.split(".")[1] if path.count(".") >= 1 else None
-            _flatten({k: v for k, v in doc.items() if k != top}, "", rest)
+            flatten({k: v for k, v in doc.items() if k != top}, "", rest)
             builder.paragraph("\n".join(rest), [Position(path="$")])
     else:
         lines = []
-        _flatten(doc, "", lines)
+        flatten(doc, "", lines)
         builder.paragraph("\n".join(lines), [Position(path="$")])
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "json: no values")
@@ -108,32 +127,64 @@ def parse_json(data: bytes, ctx: ParseContext) -> ParsedDocument:
     return ParsedDocument(blocks=builder.blocks, title=title, media_type="application/json")
 
 
+# between the values of a stream: whitespace, RFC 7464 record separators, and commas (array
+# items pasted without their brackets)
+_GAP = re.compile(r"[ \t\r\n\x1e,]*")
+_DECODER = json.JSONDecoder()
+
+
+def iter_json_values(text: str, invalid: list[int], deadline: Deadline) -> Iterator[tuple[int, Any]]:
+    """``(line, value)`` for each JSON value of a stream; the line of each undecodable one goes to ``invalid``.
+
+    ``raw_decode`` reads one value and says where it ended, so values need no separator. After
+    a value that does not decode, reading resumes at the next line: JSON Lines recover there,
+    and a back-to-back stream has nothing better to resume at.
+    """
+    pos, line, counted = 0, 1, 0
+    end = len(text)
+    for attempt in range(1, end + 2):  # every attempt consumes at least one character
+        if attempt % 1000 == 0:
+            deadline.check("json stream")
+        gap = _GAP.match(text, pos)
+        pos = gap.end() if gap else pos
+        if pos >= end:
+            return
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            value, pos = _DECODER.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            invalid.append(line)
+            newline = text.find("\n", pos)
+            if newline < 0:
+                return
+            pos = newline + 1
+            continue
+        yield line, value
+    return
+
+
 @register_parser(
-    "jsonl", "1.0", ("application/x-ndjson", "application/jsonl", "application/x-jsonlines"), ("jsonl", "ndjson")
+    "jsonl",
+    "1.1",
+    ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "application/json-seq"),
+    ("jsonl", "ndjson"),
 )
 def parse_jsonl(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     text, _ = decode_text(data, ctx.declared_type)
-    builder = BlockBuilder(limits.max_blocks)
-    bad = 0
-    for n, line in enumerate(text.splitlines(), start=1):
-        if n % 1000 == 0:
-            deadline.check("jsonl")
-        if not line.strip():
-            continue
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    invalid: list[int] = []
+    for n, (line, rec) in enumerate(iter_json_values(text, invalid, deadline), start=1):
         if n > limits.max_rows:
-            raise ParseError(ParseErrorCode.TOO_LARGE, f"jsonl: more than {limits.max_rows} lines")
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
+            raise ParseError(ParseErrorCode.TOO_LARGE, f"jsonl: more than {limits.max_rows} records")
         lines: list[str] = []
-        _flatten(rec, "", lines)
-        builder.paragraph("\n".join(lines), [Position(line=n, path="$")])
+        flatten(rec, "", lines)
+        builder.paragraph("\n".join(lines), [Position(line=line, path="$")])
     if not builder.blocks:
-        raise ParseError(ParseErrorCode.CORRUPT if bad else ParseErrorCode.EMPTY, "jsonl: no valid records")
-    meta = {"invalid_lines": bad} if bad else {}
+        code = ParseErrorCode.CORRUPT if invalid else ParseErrorCode.EMPTY
+        raise ParseError(code, "jsonl: no valid records")
+    meta: dict[str, Any] = {"invalid_lines": len(invalid), "first_invalid_line": invalid[0]} if invalid else {}
     return ParsedDocument(blocks=builder.blocks, media_type="application/x-ndjson", metadata=meta)

@@ -234,19 +234,46 @@ def _is_binary(sample: bytes) -> bool:
     return b"\x00" in sample
 
 
+# A notebook is JSON with these keys at the top (nbformat 4: "cells"; 3: "worksheets"); Jupyter
+# writes "cells" first and "nbformat" last, so a big one shows them at its two ends
+NOTEBOOK = "application/x-ipynb+json"
+_NB_CELLS = re.compile(rb'^\s*\{\s*"(?:cells|worksheets|metadata)"\s*:')
+_NB_VERSION = re.compile(rb'"nbformat"\s*:\s*\d')
+# XML: a declaration, or a root element after comments / processing instructions / a doctype
+# (internal subset included); HTML roots and bare HTML fragments are left to the HTML sniffer
+_XML_START = re.compile(
+    r"^\s*(?:<\?xml\b[^>]*>\s*)?(?:(?:<!--.*?-->|<\?.*?\?>|<!DOCTYPE(?:[^>\[]|\[.*?\])*>)\s*)*"
+    r"<([A-Za-z_][\w.\-]*(?::[A-Za-z_][\w.\-]*)?)[\s/>]",
+    re.S,
+)
+_HTML_ELEMENTS = frozenset(
+    {
+        *("html", "head", "body", "div", "p", "span", "a", "b", "i", "u", "em", "strong", "br", "hr", "img"),
+        *("table", "tr", "td", "th", "ul", "ol", "li", "dl", "h1", "h2", "h3", "h4", "h5", "h6", "meta"),
+        *("link", "title", "script", "style", "form", "input", "section", "article", "header", "footer"),
+        *("nav", "main", "pre", "code", "blockquote"),
+    }
+)
+_FLAT_ODF = re.compile(r'office:mimetype="(application/vnd\.oasis\.opendocument\.[a-z-]+)"')
+
+
 @register_sniffer(text=True)
 def sniff_text(data: bytes, file_name: str = "") -> str | None:
     sample = data[:65536]
     if not sample.strip() or _is_binary(sample[:8192]):
         return None
-    if _HTML_START.match(sample) or len(_HTML_ANY.findall(sample[:4096])) >= 3:
+    if _HTML_START.match(sample):
         return "text/html"
     text = sample.decode("utf-8", errors="replace").lstrip("\ufeff")
-    stripped = text.lstrip()
-    if stripped[:1] in ("{", "["):
-        kind = _json_kind(data, text)
-        if kind:
-            return kind
+    stripped = text.lstrip()  # record separators (RFC 7464) are whitespace to str.lstrip
+    # JSON and XML before the count of HTML tags: a notebook's HTML outputs or an RSS feed's
+    # <title>s are not an HTML page
+    kind = _json_kind(data, text) if stripped[:1] in ("{", "[") else None
+    kind = kind or (_xml_kind(text) if stripped[:1] == "<" else None)
+    if kind:
+        return kind
+    if len(_HTML_ANY.findall(sample[:4096])) >= 3:
+        return "text/html"
     if len(_MD_LINE.findall(text)) + len(_MD_INLINE.findall(text)) >= 3 and _MD_LINE.search(text):
         return "text/markdown"
     delim = _csv_delimiter(text)
@@ -255,25 +282,73 @@ def sniff_text(data: bytes, file_name: str = "") -> str | None:
     return "text/plain"
 
 
+def _xml_kind(text: str) -> str | None:
+    """``application/xml`` for a document that opens like XML and is not HTML (flat ODF: its type)."""
+    m = _XML_START.match(text)
+    if m is None:
+        return None
+    root = m.group(1)
+    declared = text.lstrip().startswith("<?xml")
+    if root.lower() in _HTML_ELEMENTS and not declared:
+        return None
+    if root == "office:document":
+        from plugins.parsers.registry import get_parser  # loaded by now: sniffers run after the builtins
+
+        flat = _FLAT_ODF.search(text[:4096])
+        if flat and get_parser(f"{flat.group(1)}-flat-xml") is not None:
+            return f"{flat.group(1)}-flat-xml"
+    return "application/xml"
+
+
+def _is_notebook(doc: object) -> bool:
+    return isinstance(doc, dict) and "nbformat" in doc and ("cells" in doc or "worksheets" in doc)
+
+
 def _json_kind(data: bytes, text: str) -> str | None:
-    if len(data) <= 65536:
+    big = len(data) > 65536
+    if not big:
         try:
-            json.loads(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
-            return "application/json"
+            doc = json.loads(data.decode("utf-8", errors="replace").lstrip("\ufeff"))
+            return NOTEBOOK if _is_notebook(doc) else "application/json"
         except (ValueError, RecursionError):
             pass
-    lines = [line for line in text.splitlines()[:50] if line.strip()]
-    if len(data) > 65536:
-        lines = lines[:-1]  # the sample may cut the last line in half
-    if len(lines) >= 2 or (len(data) > 65536 and lines):
-        try:
-            if all(isinstance(json.loads(line), dict | list) for line in lines):
-                return "application/x-ndjson"
-        except (ValueError, RecursionError):
-            pass
-    if len(data) > 65536 and text.lstrip()[:1] in ("{", "["):
+    elif _NB_CELLS.match(data[:4096].lstrip(b"\xef\xbb\xbf")) and _NB_VERSION.search(data[-4096:] + data[:4096]):
+        return NOTEBOOK
+    values = _json_values_in(text, big)
+    # two values, or in a cut sample one that ended before the file did: JSON Lines, or JSON
+    # values back to back (concatenated), which the JSON Lines parser reads as a stream
+    if values >= 2 or (big and values == 1):
+        return "application/x-ndjson"
+    if big and text.lstrip()[:1] in ("{", "["):
         return "application/json"  # too big to prove here; the JSON parser reports if it is not
     return None
+
+
+_JSON_GAP = re.compile(r"[ \t\r\n\x1e,]*")
+
+
+def _json_values_in(text: str, cut: bool) -> int:
+    """How many objects/arrays open ``text`` back to back (JSON Lines, concatenated JSON).
+
+    Stops at the first value that does not decode; when the sample was ``cut`` from a bigger
+    file that value may be the one cut in half, so the count stands. Otherwise a stream whose
+    second value is broken counts one and is not a stream.
+    """
+    decoder = json.JSONDecoder()
+    count, pos = 0, 0
+    while count < 50:
+        gap = _JSON_GAP.match(text, pos)
+        pos = gap.end() if gap else pos
+        if pos >= len(text):
+            return count
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return count if cut or count >= 2 else 0
+        if not isinstance(value, dict | list):
+            return 0
+        count += 1
+    return count
 
 
 def _csv_delimiter(text: str) -> str | None:
