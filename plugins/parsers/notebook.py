@@ -6,9 +6,10 @@
 * code cells are CODE blocks with the notebook's language (``metadata.kernelspec.language``,
   else ``metadata.language_info.name``; v3: the cell's ``language``), indentation kept;
 * outputs are text blocks (``metadata.output_type``): stream text, the ``text/plain`` (else
-  ``text/markdown``, else ``text/html`` stripped of its tags) of results and displays, and
-  ``ename: evalue`` of errors (tracebacks are ANSI-coloured frames of the kernel, not
-  content). Images are skipped, and so is the ``<Figure ...>`` repr that comes with them;
+  ``text/markdown``, else ``text/html`` stripped of its tags and scripts) of results and
+  displays, and ``ename: evalue`` of errors (tracebacks are ANSI-coloured frames of the kernel,
+  not content). Images and scripts are skipped, and so is a ``<Figure ...>``/``<... at 0x..>``
+  repr that only names the object;
 * raw cells are paragraphs.
 
 Positions are paths into the JSON: ``cells[3]``, outputs ``cells[3].outputs[0]`` (v3:
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
-from plugins.parsers._common import BlockBuilder, Deadline, Limits, decode_text
+from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
 from plugins.parsers.jsonl import NOTEBOOK, is_notebook
 from plugins.parsers.registry import ParseContext, get_parser, register_parser
 from plugins.parsers.text import keep_lines
@@ -43,7 +44,8 @@ class _Cell:
     source: str
     language: str | None = None
     level: int = 1
-    outputs: list[tuple[str, str]] = field(default_factory=list)  # (output_type, text)
+    # (index in the cell's outputs, output_type, text) of the outputs that have text
+    outputs: list[tuple[int, str, str]] = field(default_factory=list)
 
 
 def _joined(value: Any) -> str:
@@ -64,14 +66,20 @@ def _html_text(fragment: str) -> str:
         return re.sub(r"<[^>]+>", " ", fragment)
     for bad in el.xpath(".//script|.//style"):
         bad.drop_tree()
-    return " ".join(el.itertext())  # spaced: a DataFrame's cells must not run together
+    # spaced, then folded: a DataFrame's cells must not run together
+    return clean_text(" ".join(el.itertext()), keep_newlines=True)
 
 
 def _bundle_text(bundle: dict[str, Any]) -> str:
     """The text of a MIME bundle (v4 ``data``; v3 keys without the type: ``text``, ``html``, ``png``)."""
     plain = _joined(bundle.get("text/plain", bundle.get("text")))
-    has_image = any(k.startswith("image/") or k in ("png", "jpeg", "svg") for k in bundle)
-    if plain and not (has_image and _REPR.fullmatch(plain.strip())):
+    richer = any(
+        k not in ("text/plain", "text", "metadata", "output_type", "execution_count", "prompt_number") for k in bundle
+    )
+    # a Python repr such as "<Figure size 640x480 with 1 Axes>" or "<IPython...HTML at 0x11>"
+    # names the object, not its content: dropped when a richer form comes with it
+    is_repr = bool(_REPR.fullmatch(plain.strip())) and (richer or " at 0x" in plain)
+    if plain and not is_repr:
         return plain
     markdown = _joined(bundle.get("text/markdown", bundle.get("markdown")))
     if markdown:
@@ -112,7 +120,9 @@ def _cells(doc: dict[str, Any], language: str | None) -> Iterator[_Cell]:
             kind = str(cell.get("cell_type", ""))
             source = _joined(cell.get("source", cell.get("input")))
             lang = cell.get("language") if isinstance(cell.get("language"), str) else language
-            outputs = [o for o in map(_output, cell.get("outputs") or []) if o] if kind == "code" else []
+            raw = cell.get("outputs")
+            raw_outputs: list[Any] = raw if kind == "code" and isinstance(raw, list) else []
+            outputs = [(j, *o) for j, out in enumerate(raw_outputs) if (o := _output(out))]
             level = int(cell["level"]) if isinstance(cell.get("level"), int) else 1
             yield _Cell(f"{prefix}cells[{i}]", kind, source, lang, level, outputs)
 
@@ -155,7 +165,7 @@ def _render(cell: _Cell, builder: BlockBuilder, ctx: ParseContext) -> None:
     elif cell.kind == "code":
         extra: dict[str, Any] = {"language": cell.language} if cell.language else {}
         builder.add(BlockKind.CODE, keep_lines(cell.source.splitlines()), where, **extra)
-        for j, (output_type, text) in enumerate(cell.outputs):
+        for j, output_type, text in cell.outputs:
             lines = text.splitlines()
             for start in range(0, len(lines), _OUTPUT_LINES):
                 piece = keep_lines(lines[start : start + _OUTPUT_LINES])

@@ -7,9 +7,10 @@ text inside it, inline markup dropped; an element with only child elements is wa
 (1-based, XPath's) only where siblings share a name, and names with their prefix.
 
 Decisions:
-* attributes that carry human text -- ``_TEXT_ATTRIBUTES``: alt, caption, description, label,
-  name, summary, text, title -- come first in their element's block (data XML such as ISO code
-  lists keeps everything in attributes); other attributes (ids, coordinates, URLs) are not text;
+* attributes that carry human text -- alt, caption, description, label, name, summary, text,
+  title, and names ending in name/title/label/description (``currency_name``, ``displayName``)
+  -- come first in their element's block, in document order (data XML such as ISO code lists
+  keeps everything in attributes); other attributes (ids, codes, coordinates, URLs) are not text;
 * ``title``/``head``/``heading``/``h1``-``h6`` elements (DocBook, TEI, RSS, XHTML-ish) are
   headings, one level deeper for each enclosing element that has a heading of its own;
 * ``programlisting``/``screen``/``pre``/``code``/``literallayout`` keep their lines; elsewhere
@@ -36,7 +37,9 @@ from plugins.parsers.text import keep_lines
 __all__ = ["parse_xml_document"]
 
 XML = "application/xml"
-_TEXT_ATTRIBUTES = ("title", "alt", "label", "caption", "summary", "description", "name", "text")
+_TEXT_ATTRIBUTES = frozenset({"title", "alt", "label", "caption", "summary", "description", "name", "text"})
+# currency_name, displayName, official_name, shortTitle ...
+_TEXT_ATTRIBUTE_SUFFIXES = ("_name", "name", "title", "label", "description")
 _HEADINGS = frozenset({"title", "head", "heading", "h1", "h2", "h3", "h4", "h5", "h6"})
 _VERBATIM = frozenset({"programlisting", "screen", "pre", "code", "literallayout", "verbatim"})
 _SKIP = frozenset({"script", "style"})
@@ -71,9 +74,14 @@ def _text_of(el: etree._Element) -> str:
     return "".join(parts)
 
 
+def _is_text_attribute(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in _TEXT_ATTRIBUTES or lowered.endswith(_TEXT_ATTRIBUTE_SUFFIXES)
+
+
 def _attribute_text(el: etree._Element) -> list[str]:
-    by_name = {_local(k): v for k, v in el.attrib.items()}
-    return [by_name[a].strip() for a in _TEXT_ATTRIBUTES if by_name.get(a, "").strip()]
+    found = [v.strip() for k, v in el.attrib.items() if v.strip() and _is_text_attribute(_local(k))]
+    return list(dict.fromkeys(found))  # name="Ari" ref_name="Ari": once
 
 
 def _child_paths(el: etree._Element, path: str) -> list[tuple[etree._Element, str]]:
@@ -135,6 +143,8 @@ def _root(data: bytes, limits: Limits) -> tuple[etree._Element, bool]:
         raise ParseError(
             ParseErrorCode.TOO_LARGE, f"xml: {len(data)} bytes exceeds the {limits.xml_max_total}-byte tree cap"
         )
+    if not data.strip():
+        raise ParseError(ParseErrorCode.EMPTY, "xml: empty file")
     try:
         return parse_xml(data, "xml"), False
     except ParseError as exc:
