@@ -49,11 +49,16 @@ class _Cell:
 
 
 def _joined(value: Any) -> str:
-    """nbformat's multiline strings: a string or a list of lines (each keeping its newline)."""
+    """nbformat's multiline strings: a string or a list of lines.
+
+    Lines keep their newline from nbformat 3 on; nbformat 2 wrote them without, and nbformat's
+    own reader (``v2.rwbase._join_lines``) tells the two apart by the first line.
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(v for v in value if isinstance(v, str))
+        lines = [v for v in value if isinstance(v, str)]
+        return "".join(lines) if lines and lines[0].endswith(("\n", "\r")) else "\n".join(lines)
     return ""
 
 

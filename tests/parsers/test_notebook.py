@@ -222,3 +222,21 @@ def test_cells_of_the_wrong_shape_are_skipped_not_fatal() -> None:
     nb["cells"] += [None, 3, {"cell_type": "code", "source": 5, "outputs": "no"}, {"cell_type": "unknown"}]
     doc = parse_bytes(json.dumps(nb).encode(), "odd.ipynb")
     assert [b.text for b in doc.blocks] == ["Kept"]
+
+
+def test_nbformat_2_lines_without_newlines() -> None:
+    # nbformat 2 wrote source lines without their newline (nbformat's v2 reader joins them with one)
+    v2 = {
+        "metadata": {"name": "intro"},
+        "nbformat": 2,
+        "worksheets": [
+            {
+                "cells": [
+                    {"cell_type": "markdown", "source": ["# An introduction", "", "First paragraph", "goes on."]},
+                    {"cell_type": "code", "input": ["for x in y:", "    f(x)"], "language": "python", "outputs": []},
+                ]
+            }
+        ],
+    }
+    doc = parse_bytes(json.dumps(v2).encode(), "intro.ipynb")
+    assert [b.text for b in doc.blocks] == ["An introduction", "First paragraph\ngoes on.", "for x in y:\n    f(x)"]
