@@ -25,6 +25,7 @@ Decisions:
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import Any
 
 from lxml import etree
@@ -45,6 +46,7 @@ _VERBATIM = frozenset({"programlisting", "screen", "pre", "code", "literallayout
 _SKIP = frozenset({"script", "style"})
 
 
+@lru_cache(maxsize=4096)  # a document repeats a few tag names thousands of times
 def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
