@@ -23,13 +23,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _markdown(name: str, result: dict, quick: bool) -> str:
+def _markdown(name: str, result: dict, quick: bool, real: bool = False) -> str:
     rows = result.get("rows") or []
     cols: list[str] = []
     for row in rows:
         cols.extend(c for c in row if c not in cols)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    cmd = f"python -m benchmarks {name}" + (" --quick" if quick else "")
+    cmd = f"python -m benchmarks {name}" + (" --quick" if quick else "") + (" --real" if real else "")
     lines = [
         f"### {result.get('title', name)} — {stamp}",
         "",
@@ -59,13 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", help="benchmark module under benchmarks/")
     parser.add_argument("--quick", action="store_true", help="smaller corpus (smoke run)")
     parser.add_argument("--no-readme", action="store_true", help="do not append to benchmarks/README.md")
+    parser.add_argument("--real", action="store_true", help="the real-document corpus (benchmarks that have one)")
     args = parser.parse_args(argv)
     module = importlib.import_module(f"benchmarks.{args.name}")
-    result = module.run(quick=args.quick)
-    out = HERE / "results" / f"{args.name}.json"
+    result = module.run(quick=args.quick, real=True) if args.real else module.run(quick=args.quick)
+    out = HERE / "results" / f"{args.name}{'_real' if args.real else ''}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    table = _markdown(args.name, result, args.quick)
+    table = _markdown(args.name, result, args.quick, args.real)
     print(table)
     if not args.no_readme:
         readme = HERE / "README.md"

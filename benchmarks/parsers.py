@@ -279,7 +279,11 @@ def _score(docs: list[dict[str, str]], results: list[dict[str, Any]], unescape: 
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, real: bool = False) -> dict[str, Any]:
+    if real:  # ``--real``: third-party files from ../shared/realdocs, not the curated corpus
+        from benchmarks import parsers_real
+
+        return parsers_real.run(quick)
     corpus = _build_corpus(quick)
     rows: list[dict[str, Any]] = []
     verdicts = []
