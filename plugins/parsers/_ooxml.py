@@ -12,7 +12,16 @@ from lxml import etree
 from include.contract import ParseError, ParseErrorCode
 from plugins.parsers._common import Limits, safe_xml_parser
 
-__all__ = ["charge_xml_parts", "check_zip", "repair_relationships", "xml_error"]
+__all__ = [
+    "charge_xml_parts",
+    "check_zip",
+    "content_types",
+    "is_xml_part",
+    "part_content_type",
+    "repair_relationships",
+    "xml_content_types",
+    "xml_error",
+]
 
 _RELS_NS = "http://schemas.openxmlformats.org/package/2006/relationships"
 _MIN_BOMB_MEMBER = 8 * 1024 * 1024
@@ -58,11 +67,10 @@ def check_zip(data: bytes, limits: Limits, what: str) -> zipfile.ZipFile:
 _CT_NS = "{http://schemas.openxmlformats.org/package/2006/content-types}"
 
 
-def _xml_content_types(zf: zipfile.ZipFile, limits: Limits) -> tuple[dict[str, bool], dict[str, bool]]:
-    """``(defaults by extension, overrides by part name)``: is that part's content type XML?
+def content_types(zf: zipfile.ZipFile, limits: Limits) -> tuple[dict[str, str], dict[str, str]]:
+    """``(content type by extension, content type by part name)`` from ``[Content_Types].xml``.
 
-    The libraries choose a part's parser by content type, not by name, so an XML header stored
-    as ``header1.png`` (with an override saying so) is still parsed as XML.
+    Keys are lower case, part names without the leading ``/`` (OPC, ECMA-376 Part 2, 10.1.2).
     """
     try:
         info = zf.getinfo("[Content_Types].xml")
@@ -72,19 +80,42 @@ def _xml_content_types(zf: zipfile.ZipFile, limits: Limits) -> tuple[dict[str, b
         raise ParseError(ParseErrorCode.BOMB, f"[Content_Types].xml of {info.file_size} bytes")
     try:
         root = etree.fromstring(zf.read(info), safe_xml_parser())
-    except (etree.XMLSyntaxError, zipfile.BadZipFile, OSError, ValueError):
+    except (etree.XMLSyntaxError, zipfile.BadZipFile, OSError, ValueError, EOFError):
         return {}, {}
-    defaults, overrides = {}, {}
+    defaults: dict[str, str] = {}
+    overrides: dict[str, str] = {}
     for el in root:
-        is_xml = (el.get("ContentType") or "").lower().endswith("xml")
+        content_type = (el.get("ContentType") or "").strip()
         if el.tag == f"{_CT_NS}Default":
-            defaults[(el.get("Extension") or "").lower()] = is_xml
+            defaults[(el.get("Extension") or "").lower()] = content_type
         elif el.tag == f"{_CT_NS}Override":
-            overrides[(el.get("PartName") or "").lstrip("/").lower()] = is_xml
+            overrides[(el.get("PartName") or "").lstrip("/").lower()] = content_type
     return defaults, overrides
 
 
-def _is_xml_part(name: str, defaults: dict[str, bool], overrides: dict[str, bool]) -> bool:
+def part_content_type(name: str, defaults: dict[str, str], overrides: dict[str, str]) -> str | None:
+    """The content type a part has: its override, else its extension's default."""
+    key = name.lower().lstrip("/")
+    if key in overrides:
+        return overrides[key]
+    ext = key.rsplit(".", 1)[-1] if "." in key.rsplit("/", 1)[-1] else ""
+    return defaults.get(ext)
+
+
+def xml_content_types(zf: zipfile.ZipFile, limits: Limits) -> tuple[dict[str, bool], dict[str, bool]]:
+    """``(defaults by extension, overrides by part name)``: is that part's content type XML?
+
+    The libraries choose a part's parser by content type, not by name, so an XML header stored
+    as ``header1.png`` (with an override saying so) is still parsed as XML.
+    """
+    defaults, overrides = content_types(zf, limits)
+    return (
+        {k: v.lower().endswith("xml") for k, v in defaults.items()},
+        {k: v.lower().endswith("xml") for k, v in overrides.items()},
+    )
+
+
+def is_xml_part(name: str, defaults: dict[str, bool], overrides: dict[str, bool]) -> bool:
     key = name.lower()
     if key in overrides:
         return overrides[key]
@@ -102,10 +133,10 @@ def charge_xml_parts(
     one by one and still make gigabytes of lxml nodes. ``skip`` names parts read as streams
     (worksheets). Returns the total charged.
     """
-    defaults, overrides = _xml_content_types(zf, limits)
+    defaults, overrides = xml_content_types(zf, limits)
     total = 0
     for info in zf.infolist():
-        if not _is_xml_part(info.filename, defaults, overrides) or skip(info.filename):
+        if not is_xml_part(info.filename, defaults, overrides) or skip(info.filename):
             continue
         total += info.file_size
         if total > limits.xml_max_total:

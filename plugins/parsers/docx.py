@@ -25,10 +25,13 @@ from typing import Any
 
 from lxml import etree
 
-from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
+from include.contract import Block, BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, parse_xml
 from plugins.parsers._docx_styles import Numbering, Styles, W, clamp_ilvl, wval
 from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
+from plugins.parsers._ooxml_charts import C_NS, add_chart_block
+from plugins.parsers._ooxml_embedded import PackageEmbeds
+from plugins.parsers._ooxml_strict import to_transitional
 from plugins.parsers._tabular import _looks_like_header, header_option
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import DOCX
@@ -70,7 +73,7 @@ def _local(el: etree._Element) -> str:
 class _Walker:
     def __init__(
         self,
-        rels: dict[str, tuple[str, bool]],
+        part: Any,
         styles: Styles,
         numbering: Numbering,
         builder: BlockBuilder,
@@ -78,7 +81,7 @@ class _Walker:
         header_mode: bool | None,
         max_chars: int,
     ) -> None:
-        self.rels = rels
+        self.use_part(part)
         self.styles = styles
         self.numbering = numbering
         self.b = builder
@@ -93,6 +96,21 @@ class _Walker:
         self._cell_chars = 0
         self._max_chars = max_chars
         self.images: list[dict[str, str]] = []
+        self._charts: list[str] = []  # r:ids of charts met in the current paragraph or table
+
+    def use_part(self, part: Any) -> None:
+        """Walk the story of ``part`` (the body, a header ...): r:ids resolve against its relationships."""
+        self.part = part
+        self.rels = {rid: (rel.target_ref, rel.is_external) for rid, rel in part.rels.items()}
+
+    def flush_charts(self) -> None:
+        """The charts of the element just walked, as tables after it."""
+        for rid in self._charts:
+            rel = self.part.rels.get(rid)
+            if rel is not None and not rel.is_external:
+                root = parse_xml(rel.target_part.blob, "docx chart")
+                add_chart_block(self.b, root, self.deadline)
+        self._charts = []
 
     # ------------------------------------------------------------------ body
     def body(self, container: etree._Element) -> None:
@@ -112,6 +130,9 @@ class _Walker:
                     self.body(content)
             elif tag in ("customXml", "ins", "smartTag", "moveTo", "AlternateContent", "Choice"):
                 self.body(_choice(child) if tag == "AlternateContent" else child)
+            if self._charts:
+                self.flush_list()
+                self.flush_charts()
         self.flush_list()
 
     def flush_list(self) -> None:
@@ -196,6 +217,7 @@ class _Walker:
 
     def drawing(self, el: etree._Element, out: list[str], boxes: list[etree._Element]) -> None:
         boxes.extend(el.iter(f"{_W}txbxContent"))
+        self._charts.extend(c.get(f"{_R}id") or "" for c in el.iter(f"{{{C_NS}}}chart"))
         for doc_pr in el.iter(f"{_WP}docPr"):
             blip = next(el.iter(f"{_A}blip"), None)
             if blip is None:
@@ -318,48 +340,94 @@ def _part_xml(document: Any, reltype_suffix: str) -> etree._Element | None:
 
 
 def _notes(root: etree._Element | None, walker: _Walker, kind: str) -> None:
+    """Footnotes, endnotes or comments (``w:comment``, ECMA-376 Part 1, 17.13.4.2) as paragraphs."""
     if root is None:
         return
     for note in root:
         if note.get(f"{_W}type") in ("separator", "continuationSeparator", "continuationNotice"):
             continue
+        extra = {"author": note.get(f"{_W}author")} if kind == "comment" and note.get(f"{_W}author") else {}
         for p in note.iter(f"{_W}p"):
             parts: list[str] = []
             walker.inline(p, parts, [], [])
-            walker.b.paragraph("".join(parts), note=kind)
+            walker.b.paragraph("".join(parts), note=kind, **extra)
 
 
-@register_parser("docx", "1.0", (DOCX,), ("docx", "docm", "dotx"))
-def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
+def _header_footer_parts(document: Any) -> list[tuple[str, Any]]:
+    """``(kind, part)`` of each distinct header and footer, in the order sections refer to them.
+
+    Every section names its headers and footers (``w:headerReference``/``w:footerReference``,
+    ECMA-376 Part 1, 17.10.5); a section that repeats its predecessor's refers to the same part,
+    so each part is read once however many sections show it.
+    """
+    seen: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    refs = [
+        (kind, ref.get(f"{_R}id") or "")
+        for sect in document.element.body.iter(f"{_W}sectPr")
+        for ref in sect
+        if (kind := {"headerReference": "header", "footerReference": "footer"}.get(_local(ref)))
+    ]
+    # then the headers and footers no section names (a body without w:sectPr): Word shows none,
+    # but their text is the document's, and other readers (Tika) report it
+    refs += [(rel.reltype.rsplit("/", 1)[-1], rid) for rid, rel in document.part.rels.items()]
+    for kind, rid in refs:
+        rel = document.part.rels.get(rid)
+        if kind not in ("header", "footer") or rel is None or rel.is_external:
+            continue
+        part = rel.target_part
+        if str(part.partname) not in seen and getattr(part, "element", None) is not None:
+            seen.add(str(part.partname))
+            out.append((kind, part))
+    return out
+
+
+def _page_furniture(document: Any, walker: _Walker, main: BlockBuilder, limits: Limits) -> dict[str, list[Block]]:
+    """Header and footer blocks (``metadata["part"]``), each distinct text once, by kind.
+
+    Walked with a builder of their own, so they sit under no heading of the body; their text
+    counts against the document's ``max_chars``.
+    """
+    out: dict[str, list[Block]] = {"header": [], "footer": []}
+    texts: set[tuple[str, str]] = set()
+    body_part, body_builder = walker.part, walker.b
+    try:
+        for kind, part in _header_footer_parts(document):
+            walker.b = BlockBuilder(limits.max_blocks, limits.max_chars)
+            walker.use_part(part)
+            walker.body(part.element)
+            for block in walker.b.blocks:
+                if (kind, block.text) in texts:  # a first-page header like the default one
+                    continue
+                texts.add((kind, block.text))
+                main.charge(len(block.text))
+                block.metadata["part"] = kind
+                out[kind].append(block)
+    finally:
+        walker.b = body_builder
+        walker.use_part(body_part)
+    return out
+
+
+def _open(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any, zipfile.ZipFile]:
     import docx  # python-docx is heavy (lxml object classes); loaded by the first .docx only
 
-    limits = Limits.from_options(ctx.options)
-    limits.check_size(data)
-    deadline = Deadline(limits.time_budget_s)
     zf = check_zip(data, limits, "docx")
     if "word/document.xml" not in zf.namelist():
         raise ParseError(ParseErrorCode.CORRUPT, "docx: no word/document.xml main part")
     # python-docx parses every XML part of the package (headers and footers too) when it opens it
     charge_xml_parts(zf, limits, "docx")
+    data, zf = to_transitional(data, zf, limits, deadline, "docx")
     data = repair_relationships(data, zf)
     try:
-        document = docx.Document(io.BytesIO(data))
-        body = document.element.body
+        return docx.Document(io.BytesIO(data)), zf
     except etree.XMLSyntaxError as exc:
         raise xml_error(exc, "docx") from exc
     except (KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"docx: {type(exc).__name__}: {exc}") from exc
-    rels = {rid: (rel.target_ref, rel.is_external) for rid, rel in document.part.rels.items()}
-    styles = Styles(_part_xml(document, "/styles"))
-    numbering = Numbering(_part_xml(document, "/numbering"))
-    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
-    header_mode = header_option(ctx.options.get("first_row_as_header", "auto"))
-    walker = _Walker(rels, styles, numbering, builder, deadline, header_mode, limits.max_chars)
-    walker.body(body)
-    _notes(_part_xml(document, "/footnotes"), walker, "footnote")
-    _notes(_part_xml(document, "/endnotes"), walker, "endnote")
-    if not builder.blocks:
-        raise ParseError(ParseErrorCode.EMPTY, "no text content")
+
+
+def _metadata(document: Any, walker: _Walker) -> dict[str, Any]:
     props = document.core_properties
     meta: dict[str, Any] = {}
     for key in ("author", "subject", "keywords", "category", "last_modified_by", "language"):
@@ -372,5 +440,33 @@ def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
             meta[key] = value.isoformat()
     if walker.images:
         meta["images"] = walker.images
-    title = props.title or next((b.text for b in builder.blocks if b.kind == BlockKind.HEADING), None)
-    return ParsedDocument(blocks=builder.blocks, title=title, media_type=DOCX, metadata=meta)
+    return meta
+
+
+@register_parser("docx", "1.1", (DOCX,), ("docx", "docm", "dotx"))
+def parse_docx(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    document, zf = _open(data, limits, deadline)
+    styles = Styles(_part_xml(document, "/styles"))
+    numbering = Numbering(_part_xml(document, "/numbering"))
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    header_mode = header_option(ctx.options.get("first_row_as_header", "auto"))
+    walker = _Walker(document.part, styles, numbering, builder, deadline, header_mode, limits.max_chars)
+    walker.body(document.element.body)
+    # files embedded in the body follow it, before the notes (ECMA-376 places them in no page)
+    embeds = PackageEmbeds(zf, limits, deadline, ctx.options)
+    embeds.add_to(builder, embeds.files_of("word/document.xml", "document"))
+    _notes(_part_xml(document, "/footnotes"), walker, "footnote")
+    _notes(_part_xml(document, "/endnotes"), walker, "endnote")
+    _notes(_part_xml(document, "/comments"), walker, "comment")
+    furniture = _page_furniture(document, walker, builder, limits)
+    # reading order: the page header, the body, the page footer
+    blocks = [*furniture["header"], *builder.blocks, *furniture["footer"]]
+    if not blocks:
+        raise ParseError(ParseErrorCode.EMPTY, "no text content")
+    meta = _metadata(document, walker)
+    embeds.record(meta)
+    title = document.core_properties.title or next((b.text for b in blocks if b.kind == BlockKind.HEADING), None)
+    return ParsedDocument(blocks=blocks, title=title, media_type=DOCX, metadata=meta)

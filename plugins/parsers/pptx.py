@@ -1,5 +1,9 @@
-"""PPTX (python-pptx): per slide, the title as a heading, then text frames, tables and the
-speaker notes, in reading order (top-to-bottom, left-to-right), each positioned by slide number.
+"""PPTX (python-pptx): per slide, the title as a heading, then text frames, tables, charts and
+the speaker notes, in reading order (top-to-bottom, left-to-right), each positioned by slide
+number, then the files embedded on the slide (:mod:`._ooxml_embedded`).
+
+Charts become tables of their cached data (:mod:`._ooxml_charts`); Strict OOXML packages are
+read through a Transitional copy (:mod:`._ooxml_strict`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from lxml import etree
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
 from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
+from plugins.parsers._ooxml_charts import add_chart_block
+from plugins.parsers._ooxml_embedded import PackageEmbeds
+from plugins.parsers._ooxml_strict import to_transitional
 from plugins.parsers._tabular import _looks_like_header
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import PPTX
@@ -69,12 +76,12 @@ def _frame_blocks(frame: Any, builder: BlockBuilder, pos: list[Position]) -> Non
         builder.paragraph("\n".join(lines), pos)
 
 
-def _shape(shape: Any, builder: BlockBuilder, pos: list[Position], title_id: int | None) -> None:
+def _shape(shape: Any, builder: BlockBuilder, pos: list[Position], title_id: int | None, deadline: Deadline) -> None:
     if title_id is not None and shape.shape_id == title_id:
         return
     if shape.shape_type is not None and int(shape.shape_type) == 6:  # MSO_SHAPE_TYPE.GROUP
         for child in _shapes_in_order(shape.shapes):
-            _shape(child, builder, pos, title_id)
+            _shape(child, builder, pos, title_id, deadline)
         return
     if getattr(shape, "has_table", False) and shape.has_table:
         rows = [[clean_text(cell.text) for cell in row.cells] for row in shape.table.rows]
@@ -85,11 +92,14 @@ def _shape(shape: Any, builder: BlockBuilder, pos: list[Position], title_id: int
         header, body = (rows[0], rows[1:]) if first_is_header and len(rows) > 1 else (None, rows)
         builder.table(body, header, pos)
         return
+    if getattr(shape, "has_chart", False) and shape.has_chart:
+        add_chart_block(builder, shape.chart_part._element, deadline, pos)
+        return
     if getattr(shape, "has_text_frame", False) and shape.has_text_frame:
         _frame_blocks(shape.text_frame, builder, pos)
 
 
-@register_parser("pptx", "1.0", (PPTX,), ("pptx", "ppsx", "pptm"))
+@register_parser("pptx", "1.1", (PPTX,), ("pptx", "ppsx", "pptm"))
 def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     from pptx import Presentation  # python-pptx is heavy; loaded by the first .pptx only
 
@@ -99,6 +109,7 @@ def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     zf = check_zip(data, limits, "pptx")
     # python-pptx parses every XML part (slides, layouts, masters, notes) when it opens the file
     charge_xml_parts(zf, limits, "pptx")
+    data, zf = to_transitional(data, zf, limits, deadline, "pptx")
     data = repair_relationships(data, zf)
     try:
         prs = Presentation(io.BytesIO(data))
@@ -107,6 +118,7 @@ def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     except (KeyError, ValueError, zipfile.BadZipFile) as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"pptx: {type(exc).__name__}: {exc}") from exc
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    embeds = PackageEmbeds(zf, limits, deadline, ctx.options)
     n = 0
     for n, slide in enumerate(prs.slides, start=1):
         if n > limits.max_pages:
@@ -119,15 +131,18 @@ def parse_pptx(data: bytes, ctx: ParseContext) -> ParsedDocument:
         )
         builder.heading(title or f"Slide {n}", 1, pos, slide_title=bool(title))
         for shape in _shapes_in_order(slide.shapes):
-            _shape(shape, builder, pos, title_shape.shape_id if title_shape is not None else None)
+            _shape(shape, builder, pos, title_shape.shape_id if title_shape is not None else None, deadline)
         if slide.has_notes_slide:
             notes = slide.notes_slide.notes_text_frame
             if notes is not None and notes.text.strip():
                 builder.add(BlockKind.PARAGRAPH, clean_text(notes.text, keep_newlines=True), pos, notes=True)
+        # files embedded on the slide follow its own blocks, under its heading
+        embeds.add_to(builder, embeds.files_of(str(slide.part.partname), f"slide {n}"))
     if not any(b.kind != BlockKind.HEADING or b.metadata.get("slide_title") for b in builder.blocks):
         raise ParseError(ParseErrorCode.EMPTY, "pptx: no text on any slide")
     props = prs.core_properties
     meta: dict[str, Any] = {"slides": n}
+    embeds.record(meta)
     if props.author:
         meta["author"] = props.author
     return ParsedDocument(blocks=builder.blocks, title=props.title or None, media_type=PPTX, metadata=meta)

@@ -8,7 +8,10 @@
 * image formulas (WPS ``DISPIMG``, Excel ``_xlfn.IMAGE``) stripped;
 * a run of 10,000 empty rows ends the sheet (styled-but-empty tails); ``max_rows`` caps data;
 * rows are read sparse (a cell in column XFD is one cell, not 16,384) and trimmed after their
-  last value; all rows and merge fills count against ``max_cells`` for the whole workbook.
+  last value; all rows and merge fills count against ``max_cells`` for the whole workbook;
+* after each sheet's rows, its charts as tables of their cached data (:mod:`._ooxml_charts`)
+  and the files embedded in it (:mod:`._ooxml_embedded`); chartsheets are not read;
+* Strict OOXML workbooks are read through a Transitional copy (:mod:`._ooxml_strict`).
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from typing import Any
 
 from lxml import etree
 
-from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
-from plugins.parsers._common import BlockBuilder, Deadline, Limits
+from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
+from plugins.parsers._common import BlockBuilder, Deadline, Limits, parse_xml
 from plugins.parsers._numfmt import format_value
 from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
+from plugins.parsers._ooxml_charts import add_chart_block
+from plugins.parsers._ooxml_embedded import PackageEmbeds, related_parts
+from plugins.parsers._ooxml_strict import to_transitional
 from plugins.parsers._tabular import EMPTY_RUN_LIMIT, CellBudget, emit_rows, header_option
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import XLSX
@@ -216,12 +222,30 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget) -> It
         yield n, cells
 
 
-def _open_workbook(data: bytes, limits: Limits) -> tuple[Any, zipfile.ZipFile]:
+def _sheet_objects(
+    zf: zipfile.ZipFile, path: str | None, title: str, builder: BlockBuilder, embeds: PackageEmbeds, deadline: Deadline
+) -> None:
+    """The sheet's charts (tables of their cached data), then the files embedded in it.
+
+    Both hang off the sheet's drawing part (ECMA-376 Part 1, 18.3.1.36 ``drawing``), OLE
+    objects also off the sheet itself (18.3.1.59 ``oleObject``).
+    """
+    if not path:
+        return
+    for _, drawing in related_parts(zf, path, ("/drawing",)):
+        for _, chart in related_parts(zf, drawing, ("/chart",)):
+            root = parse_xml(zf.read(chart), f"xlsx chart {chart}")
+            add_chart_block(builder, root, deadline, [Position(sheet=title)])
+    embeds.add_to(builder, embeds.files_of(path, f"sheet {title}", follow=("/drawing",)))
+
+
+def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any, zipfile.ZipFile]:
     import openpyxl  # heavy (styles, formulas); loaded by the first spreadsheet only
 
     zf = check_zip(data, limits, "xlsx")
     # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams
     charge_xml_parts(zf, limits, "xlsx", skip=lambda name: name.startswith("xl/worksheets/"))
+    data, zf = to_transitional(data, zf, limits, deadline, "xlsx")
     repaired = repair_relationships(data, zf)
     if repaired is not data:
         data, zf = repaired, zipfile.ZipFile(io.BytesIO(repaired))
@@ -236,16 +260,17 @@ def _open_workbook(data: bytes, limits: Limits) -> tuple[Any, zipfile.ZipFile]:
     return wb, zf
 
 
-@register_parser("xlsx", "1.0", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
+@register_parser("xlsx", "1.1", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
 def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
-    wb, zf = _open_workbook(data, limits)
+    wb, zf = _open_workbook(data, limits, deadline)
     include_hidden = bool(ctx.options.get("include_hidden_sheets", False))
     header_opt = header_option(ctx.options.get("first_row_as_header", "auto"))
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     cells = CellBudget(limits.max_cells)
+    embeds = PackageEmbeds(zf, limits, deadline, ctx.options)
     sheets, skipped = [], []
     total_rows = 0
     try:
@@ -272,6 +297,7 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
                 first_col=scan.first_col or 0,
             )
             total_rows += n
+            _sheet_objects(zf, getattr(ws, "_worksheet_path", None), ws.title, builder, embeds, deadline)
             if len(builder.blocks) == mark + 1:  # an empty sheet: drop its lone heading
                 builder.blocks.pop()
             else:
@@ -286,6 +312,7 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     meta: dict[str, Any] = {"sheets": sheets, "rows": total_rows}
     if skipped:
         meta["hidden_sheets_skipped"] = skipped
+    embeds.record(meta)
     if props is not None and props.creator:
         meta["author"] = props.creator
     title = props.title if props is not None and props.title else None
