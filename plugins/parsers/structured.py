@@ -15,9 +15,11 @@ killed at the time budget), because a whole document is one library call.
 
 from __future__ import annotations
 
+import gc
 import re
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
@@ -80,6 +82,24 @@ def _key_lines(root: yaml.Node) -> dict[str, int]:
     return {str(k.value): k.start_mark.line + 1 for k, _ in root.value if isinstance(k, yaml.ScalarNode)}
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while PyYAML builds a document's nodes.
+
+    Node objects are allocated by the hundred thousand and every collection walks all that are
+    alive, so a big document costs quadratic time in collections (1.9 MiB of YAML: 12.3 s of
+    composing with the collector on, 2.0 s with it paused). Reference counting still frees
+    everything; only a recursive alias makes a cycle, and the collector takes it afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def _yaml_documents(text: str, deadline: Deadline) -> Iterator[tuple[Any, dict[str, int]]]:
     """``(document, line of each top-level key)`` for each document of the stream."""
     loader = _Loader(text)
@@ -88,10 +108,12 @@ def _yaml_documents(text: str, deadline: Deadline) -> Iterator[tuple[Any, dict[s
     try:
         while loader.check_node():
             deadline.check("yaml")
-            node = loader.get_node()
-            if may_alias:
-                _check_expansion(node, "yaml")
-            yield loader.construct_document(node), _key_lines(node)
+            with _collector_paused():
+                node = loader.get_node()
+                if may_alias:
+                    _check_expansion(node, "yaml")
+                document = loader.construct_document(node)
+            yield document, _key_lines(node)
     except yaml.YAMLError as exc:
         code = ParseErrorCode.BOMB if "nesting depth" in str(exc) else ParseErrorCode.CORRUPT
         raise ParseError(code, f"yaml: {exc}") from exc
