@@ -1,0 +1,71 @@
+"""RTF parser: a pure-Python RTF 1.9.1 reader (see :mod:`plugins.parsers._rtf_reader`).
+
+Blocks: paragraphs, headings (a paragraph's ``\\outlinelevelN``, or its style named
+"heading N" / carrying an outline level in the style sheet), list items (paragraphs with a
+``\\listtext`` / ``\\pntext`` marker), tables (``\\trowd ... \\cell ... \\row``, first row as
+header when the table has more than one), then headers, footers and footnotes, each once, with
+``metadata["part"]`` naming where they came from. ``\\info`` gives the title and author.
+
+Caps: the group depth (``Limits.xml_max_depth``), the output text (``Limits.max_chars``) and
+the time budget, checked every few thousand tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
+from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
+from plugins.parsers._rtf_reader import RtfReader
+from plugins.parsers._rtf_syntax import Flow, Para, Table
+from plugins.parsers.registry import ParseContext, register_parser
+from plugins.parsers.sniff import RTF
+
+__all__ = ["parse_rtf"]
+
+
+@register_parser("rtf", "1.0", (RTF, "text/rtf", "application/x-rtf", "text/richtext"), ("rtf",))
+def parse_rtf(data: bytes, ctx: ParseContext) -> ParsedDocument:
+    limits = Limits.from_options(ctx.options)
+    limits.check_size(data)
+    deadline = Deadline(limits.time_budget_s)
+    reader = RtfReader(data, deadline, limits.xml_max_depth, limits.max_chars)
+    reader.read()
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    _add_flow(builder, reader.body, deadline, {})
+    seen: set[str] = set()
+    for flow in reader.side:
+        text = "\n".join(item.text for item in flow.items if isinstance(item, Para))
+        if text in seen:  # first/left/right headers often repeat the same text
+            continue
+        seen.add(text)
+        _add_flow(builder, flow, deadline, {"part": flow.kind})
+    if not builder.blocks:
+        raise ParseError(ParseErrorCode.EMPTY, "no text content")
+    meta = {key: clean_text("".join(parts)) for key, parts in reader.meta.items()}
+    meta = {key: value for key, value in meta.items() if value}
+    title = meta.pop("title", None)
+    return ParsedDocument(blocks=builder.blocks, title=title, media_type=RTF, metadata=meta)
+
+
+def _add_flow(builder: BlockBuilder, flow: Flow, deadline: Deadline, extra: dict[str, Any]) -> None:
+    for index, item in enumerate(flow.items):
+        if index % 1024 == 0:
+            deadline.check("RTF blocks")
+        if isinstance(item, Table):
+            _add_table(builder, item, extra)
+        elif item.heading_level is not None and not extra:
+            builder.heading(item.text, item.heading_level)
+        elif item.list_marker is not None:
+            text = clean_text(f"{item.list_marker} {item.text}")
+            builder.add(BlockKind.LIST, text, marker=item.list_marker, **extra)
+        else:
+            builder.paragraph(item.text, **extra)
+
+
+def _add_table(builder: BlockBuilder, table: Table, extra: dict[str, Any]) -> None:
+    rows = [[clean_text(cell, keep_newlines=True) for cell in row] for row in table.rows]
+    width = max(len(row) for row in rows)
+    rows = [row + [""] * (width - len(row)) for row in rows]
+    header = rows[0] if len(rows) > 1 else None
+    builder.table(rows[1:] if header else rows, header, **extra)
