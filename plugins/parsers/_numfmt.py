@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 
 __all__ = ["format_value"]
 
@@ -35,28 +37,112 @@ def _literal(section: str) -> str:
     return section.replace("\\", "")
 
 
+def _decimal(value: float) -> Decimal:
+    """The value as Excel holds it for display: 15 significant digits (Excel's precision)."""
+    return Decimal(format(value, ".15g"))
+
+
+def _round(value: Decimal, decimals: int) -> Decimal:
+    # Excel rounds halves away from zero ("0%" shows 0.025 as 3%, "0.00" shows 2.675 as
+    # 2.68), where Python's format() rounds the binary double half to even
+    return value.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+
+
+def _scientific(value: Decimal, core: str, decimals: int) -> str:
+    """``0.00E+00`` and engineering ``##0.0E+0``: mantissa digits, exponent step and width.
+
+    The exponent is a multiple of the number of integer placeholders when there are several
+    ("##0.0E+0" writes 45000 as 45.0E+3, as Excel does); it has at least as many digits as
+    zeros follow ``E+``; ``E+`` shows the exponent's sign always, ``E-`` only when negative.
+    """
+    mantissa_spec, exp_spec = re.split(r"[eE]", core, maxsplit=1)
+    step = max(1, len(re.sub(r"[^#0?]", "", mantissa_spec.split(".")[0]))) if "#" in mantissa_spec else 1
+    exp_width = max(1, exp_spec.count("0"))
+    exponent = 0 if value == 0 else value.adjusted()
+    exponent -= exponent % step
+    mantissa = _round(value.scaleb(-exponent), decimals)
+    if value != 0 and abs(mantissa) >= 10**step:  # 9.995 rounded up to 10.00: one step further
+        exponent += step
+        mantissa = _round(value.scaleb(-exponent), decimals)
+    sign = "-" if exponent < 0 else ("+" if exp_spec.startswith("+") else "")
+    return f"{mantissa:.{decimals}f}E{sign}{abs(exponent):0{exp_width}d}"
+
+
+_FRACTION = re.compile(r"(?:([#0?,]+)([ ]+))?([#0?]+)/([#0?]+|[1-9][0-9]*)")
+
+
+def _fraction(value: float, lit: str, match: re.Match[str]) -> str:
+    """``# ?/?`` (built-in 12), ``# ??/??`` (13), ``?/8`` ...: a mixed or improper fraction.
+
+    The denominator is the closest one with as many digits as its placeholders (ECMA-376
+    Part 1, 18.8.31: "?/?" up to 9, "??/??" up to 99), or the fixed one written; "?" pads with
+    spaces, which are trimmed here. Without an integer part the fraction is improper (5/2).
+    """
+    whole_spec, gap, _num_spec, den_spec = match.groups()
+    magnitude = Fraction(_decimal(abs(value)))
+    if den_spec.isdigit():
+        frac = Fraction(round(magnitude * int(den_spec)), int(den_spec))
+        numerator, denominator = frac.numerator * int(den_spec) // frac.denominator, int(den_spec)
+    else:
+        frac = magnitude.limit_denominator(10 ** len(den_spec) - 1)
+        numerator, denominator = frac.numerator, frac.denominator
+    sign = "-" if value < 0 and numerator else ""
+    if whole_spec is None:
+        body = f"{numerator}/{denominator}"
+    else:
+        whole, numerator = divmod(numerator, denominator)
+        whole_text = str(whole) if whole or "0" in whole_spec or not numerator else ""
+        body = f"{whole_text}{gap}{numerator}/{denominator}" if numerator else whole_text
+    prefix, suffix = lit[: match.start()], lit[match.end() :]
+    return f"{prefix}{sign}{body}{suffix}".strip()
+
+
+def _fixed(number: Decimal, core: str, decimals: int) -> str:
+    """Digits for a ``#,##0.00``-like placeholder run (ECMA-376 Part 1, 18.8.31).
+
+    ``0`` shows a digit always; ``#`` and ``?`` only significant ones, so "#.##" writes 0.5 as
+    ".5" and "0.0#" writes 1.5 as "1.5" (a ``?`` would pad with a space, not reproduced).
+    """
+    int_spec, _, dec_spec = core.partition(".")
+    rounded = _round(abs(number), decimals)
+    body = f"{rounded:{',' if ',' in int_spec else ''}.{decimals}f}"
+    if decimals:
+        keep = dec_spec.rfind("0") + 1  # digits up to the last "0" placeholder always show
+        whole, frac = body.split(".")
+        body = f"{whole}.{frac[:keep] + frac[keep:].rstrip('0')}"
+    if "0" not in int_spec and body.split(".")[0] == "0":
+        body = body[1:]
+    if number < 0 and rounded != 0:
+        body = "-" + body
+    return body
+
+
 def _number(value: float, section: str) -> str:
     lit = _literal(_BRACKETS.sub("", section))
+    fraction = _FRACTION.search(lit)
+    if fraction:
+        return _fraction(value, lit, fraction)
     m = re.search(r"[#0?][#0?,]*(?:\.[#0?]*)?(?:[eE][+-][0#]+)?%?", lit)
     if not m:
-        return lit.replace("@", _general(value)) if "@" in lit else _general(value)
+        if "@" in lit:
+            return lit.replace("@", _general(value))
+        if "general" in lit.lower():
+            return re.sub("(?i)general", _general(value), lit)
+        # a section of text only (the "-" of an accounting format's zero section) shows as is
+        return lit.strip() or _general(value)
     core = m.group(0)
     prefix, suffix = lit[: m.start()], lit[m.end() :]
     if core.endswith("%"):
         suffix = "%" + suffix
+    number = _decimal(value)
     if "%" in core or "%" in suffix:
-        value = value * 100
+        number = number * 100
     decimals = len(core.split(".", 1)[1].rstrip("%").split("E")[0].split("e")[0]) if "." in core else 0
     decimals = min(decimals, _MAX_DECIMALS)
     if "E" in core.upper():
-        body = f"{value:.{decimals}E}"
-        mant, exp = body.split("E")
-        body = f"{mant}E{exp[0]}{exp[1:].lstrip('0').rjust(2, '0')}"
+        body = _scientific(number, core.rstrip("%"), decimals)
     else:
-        thousands = "," in core.split(".")[0]
-        body = f"{abs(value):{',' if thousands else ''}.{decimals}f}"
-        if value < 0 and float(body.replace(",", "")) != 0:
-            body = "-" + body
+        body = _fixed(number, core.rstrip("%"), decimals)
     return f"{prefix}{body}{suffix}"
 
 
@@ -116,6 +202,33 @@ def _date_token(value: dt.date | dt.datetime | dt.time, tok: str, twelve: bool) 
     return tok
 
 
+# openpyxl's table of built-in formats (what ``cell.number_format`` is for a numFmtId without
+# a numFmt element) differs from what Excel shows for three of them: 44 lost its section
+# separators, 47 its colon (ECMA-376 Part 1, 18.8.30 lists "mm:ss.0"), and 14 and 22 are the
+# locale's short date, which Excel and LibreOffice show with a four-digit year in en-US
+_BUILTIN_FIXES = {
+    '_("$"* #,##0.00_)_("$"* \\(#,##0.00\\)_("$"* "-"??_)_(@_)': (
+        '_("$"* #,##0.00_);_("$"* \\(#,##0.00\\);_("$"* "-"??_);_(@_)'
+    ),
+    "mmss.0": "mm:ss.0",
+    "mm-dd-yy": "m/d/yyyy",
+    "m/d/yy h:mm": "m/d/yyyy h:mm",
+}
+
+
+def _section(fmt: str, value: object) -> tuple[str, object]:
+    """The format section for ``value`` (positive;negative;zero;text, ECMA-376 Part 1, 18.8.31)
+    and the value to render with it (a negative number's own section shows its magnitude)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return fmt, value
+    parts = fmt.split(";")
+    if value < 0 and len(parts) > 1 and parts[1]:
+        return parts[1], abs(value)
+    if value == 0 and len(parts) > 2 and parts[2]:
+        return parts[2], value
+    return parts[0], value
+
+
 def format_value(value: object, number_format: str | None) -> str:
     """Render a cell value the way a spreadsheet would display it."""
     if value is None:
@@ -125,14 +238,8 @@ def format_value(value: object, number_format: str | None) -> str:
     fmt = number_format or "General"
     if len(fmt) > _MAX_FORMAT_LEN:
         fmt = "General"
-    section = (
-        fmt.split(";")[0] if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else fmt
-    )
-    if ";" in fmt and isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-        parts = fmt.split(";")
-        section = parts[1] if len(parts) > 1 and parts[1] else parts[0]
-        if len(parts) > 1 and parts[1]:
-            value = abs(value)
+    fmt = _BUILTIN_FIXES.get(fmt, fmt)
+    section, value = _section(fmt, value)
     if isinstance(value, dt.timedelta):
         total = int(value.total_seconds())
         return f"{total // 3600}:{total % 3600 // 60:02d}:{total % 60:02d}"

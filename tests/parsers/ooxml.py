@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 
 W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -105,3 +106,74 @@ def build_docx(
 def p(text: str, style: str | None = None, ppr: str = "") -> str:
     style_xml = f'<w:pStyle w:val="{style}"/>' if style else ""
     return f'<w:p><w:pPr>{style_xml}{ppr}</w:pPr><w:r><w:t xml:space="preserve">{text}</w:t></w:r></w:p>'
+
+
+# ISO/IEC 29500-1 Annex A: a Transitional namespace or relationship type and its Strict twin
+_TRANSITIONAL_URI = re.compile(
+    rb"http://schemas\.openxmlformats\.org/(wordprocessingml|spreadsheetml|presentationml|drawingml|officeDocument)"
+    rb"/2006/([A-Za-z-]+)(/[A-Za-z]+)?"
+)
+_STRICT_NAMES = {b"extended-properties": b"extendedProperties", b"custom-properties": b"customProperties"}
+
+
+def _strict_uri(m: re.Match[bytes]) -> bytes:
+    tail = m.group(3) or b""
+    if tail:
+        tail = b"/" + _STRICT_NAMES.get(tail[1:], tail[1:])
+    return b"http://purl.oclc.org/ooxml/" + m.group(1) + b"/" + _STRICT_NAMES.get(m.group(2), m.group(2)) + tail
+
+
+def strictify(data: bytes) -> bytes:
+    """A Transitional package rewritten with the Strict namespaces and relationship types.
+
+    What Word's "Strict Open XML Document" save does to the URIs; LibreOffice cannot write
+    Strict OOXML (its "Office Open XML" filters write Transitional), so tests make it this way.
+    """
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename.endswith((".xml", ".rels")):
+                body = _TRANSITIONAL_URI.sub(_strict_uri, body)
+            dst.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def add_part(
+    package: bytes, source_part: str, name: str, data: bytes, rel_type: str, content_type: str, rid: str = "rIdEmb1"
+) -> bytes:
+    """``package`` with ``data`` stored as part ``name`` and related from ``source_part``.
+
+    How Office embeds a file: the part, its content type, and a relationship (``.../package``
+    or ``.../oleObject``) from the part that shows it (ECMA-376 Part 1, 15.2.10-15.2.11).
+    """
+    src = zipfile.ZipFile(io.BytesIO(package))
+    base, leaf = source_part.rsplit("/", 1)
+    rels_name = f"{base}/_rels/{leaf}.rels"
+    target = name[len(base) + 1 :] if name.startswith(base + "/") else "/" + name
+    rel = f'<Relationship Id="{rid}" Type="{rel_type}" Target="{target}"/>'
+    override = f'<Override PartName="/{name}" ContentType="{content_type}"/>'
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        names = src.namelist()
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == rels_name:
+                body = body.replace(b"</Relationships>", rel.encode() + b"</Relationships>")
+            elif info.filename == "[Content_Types].xml":
+                body = body.replace(b"</Types>", override.encode() + b"</Types>")
+            dst.writestr(info.filename, body)
+        if rels_name not in names:
+            dst.writestr(
+                rels_name,
+                '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+                f'<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">{rel}</Relationships>',
+            )
+        dst.writestr(name, data)
+    return out.getvalue()
+
+
+PACKAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/package"
+DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
 from include.contract import BlockKind
@@ -65,8 +68,12 @@ def test_python_docx_fixtures():
 
     # a table nested in a cell keeps its text, in order, inside that cell
     nested = parse_bytes((FIXTURES / "blk-paras-and-tables.docx").read_bytes(), "n.docx")
-    assert [b.kind for b in nested.blocks] == [BlockKind.PARAGRAPH, BlockKind.TABLE, BlockKind.PARAGRAPH]
-    assert nested.blocks[1].text == "Text before\nTable\nBetween\nText after"
+    body = [b for b in nested.blocks if "part" not in b.metadata]
+    assert [b.kind for b in body] == [BlockKind.PARAGRAPH, BlockKind.TABLE, BlockKind.PARAGRAPH]
+    assert body[1].text == "Text before\nTable\nBetween\nText after"
+    # its page header and footer are tables too, before and after the body
+    assert (nested.blocks[0].metadata["part"], nested.blocks[0].rows) == ("header", [["Left-side", "Right-side"]])
+    assert (nested.blocks[-1].metadata["part"], nested.blocks[-1].rows) == ("footer", [["Copyright", "Page-number"]])
 
     # merged cells: horizontal spans leave the spanned column empty, vertical merges repeat the value
     merged = parse_bytes((FIXTURES / "tbl-cell-access.docx").read_bytes(), "m.docx")
@@ -196,3 +203,80 @@ def test_table_header_flag_spans_and_vertical_merge():
     table = doc.blocks[0]
     assert table.header == ["Team", "Q1", "Q2"]
     assert table.rows == [["Search", "10", "12"], ["Search", "11", "13"], ["Total", "", "25"]]
+
+
+REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
+
+
+def _real(rel: str) -> bytes:
+    path = REALDOCS / rel
+    if not path.exists():
+        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
+    return path.read_bytes()
+
+
+def _saved(document) -> bytes:
+    buf = io.BytesIO()
+    document.save(buf)
+    return buf.getvalue()
+
+
+def test_headers_and_footers_once_per_distinct_part():
+    import docx
+
+    d = docx.Document()
+    d.add_paragraph("Body of section one.")
+    d.sections[0].header.paragraphs[0].text = "Quarterly report header"
+    d.sections[0].footer.paragraphs[0].text = "Confidential footer"
+    d.sections[0].different_first_page_header_footer = True
+    d.sections[0].first_page_header.paragraphs[0].text = "Title page header"
+    for n in (2, 3):  # later sections repeat (link to) the first one's header and footer
+        d.add_section()
+        d.add_paragraph(f"Body of section {n}.")
+    doc = parse_bytes(_saved(d), "sections.docx")
+    furniture = [(b.metadata["part"], b.text) for b in doc.blocks if "part" in b.metadata]
+    assert sorted(furniture) == [
+        ("footer", "Confidential footer"),
+        ("header", "Quarterly report header"),
+        ("header", "Title page header"),
+    ]
+    parts = [b.metadata.get("part", "body") for b in doc.blocks]
+    assert parts == ["header", "header", "body", "body", "body", "footer"]  # header, body, footer order
+    assert all(b.heading_path == [] for b in doc.blocks if "part" in b.metadata)
+
+
+def test_document_with_text_only_in_its_header_is_not_empty():
+    import docx
+
+    d = docx.Document()
+    d.sections[0].header.paragraphs[0].text = "Only the letterhead has text"
+    doc = parse_bytes(_saved(d), "letterhead.docx")
+    assert [(b.text, b.metadata["part"]) for b in doc.blocks] == [("Only the letterhead has text", "header")]
+
+
+def test_comments_are_extracted_with_their_author():
+    import docx
+
+    d = docx.Document()
+    para = d.add_paragraph("Reviewed paragraph.")
+    d.add_comment(para.runs, text="Please cite the source.", author="Ana Reviewer")
+    doc = parse_bytes(_saved(d), "commented.docx")
+    comment = next(b for b in doc.blocks if b.metadata.get("note") == "comment")
+    assert (comment.text, comment.metadata["author"]) == ("Please cite the source.", "Ana Reviewer")
+
+
+def test_real_header_footer_and_comment_files():
+    # 0129_docx-hdrftr.docx (docx2python): header and footer with paragraphs and tables
+    doc = parse_bytes(_real("docx/0129_docx-hdrftr.docx"), "hdrftr.docx")
+    headers = [b.text for b in doc.blocks if b.metadata.get("part") == "header"]
+    footers = [b.text for b in doc.blocks if b.metadata.get("part") == "footer"]
+    assert headers == ["First header para", "Table cell1\tTable cell2", "Last header para"]
+    assert footers[0] == "para1" and footers[-1] == "para2"
+    assert [b.text for b in doc.blocks if "part" not in b.metadata] == ["Main document"]
+    # 0179_has_pict.docx (python-docx): the body has no text, its (unreferenced) header has
+    pict = parse_bytes(_real("docx/0179_has_pict.docx"), "pict.docx")
+    assert any("BOEHRINGER INGELHEIM" in b.text for b in pict.blocks if b.metadata.get("part") == "header")
+    # 0170_comments.docx (mammoth): two comments by one author
+    comments = parse_bytes(_real("docx/0170_comments.docx"), "comments.docx")
+    noted = [(b.text, b.metadata.get("author")) for b in comments.blocks if b.metadata.get("note") == "comment"]
+    assert noted == [("A tachyon walks into a bar.", "Michael Williamson"), ("Fin.", "Michael Williamson")]
