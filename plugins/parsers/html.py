@@ -3,8 +3,9 @@
 This is also the web crawler's page extractor, so it follows what a browser would show:
 
 * decoding: BOM, the Content-Type charset, ``<meta charset>`` / ``http-equiv``, then detection;
-* chrome removal: script/style/noscript/template, nav and aside everywhere, header/footer
-  outside the main content (an article's own ``<header>`` usually holds its title);
+* chrome removal: script/style/noscript/template, nav and aside everywhere, header/footer and
+  the banner/contentinfo roles outside the main content (an article's own ``<header>`` usually
+  holds its title);
 * main content: ``article``, ``main``, ``[role=main]``, an element whose class/id looks like
   content and holds a good share of the page's text, then ``body``;
 * blocks: headings with level and heading path, paragraphs, lists, tables (rows + header),
@@ -57,7 +58,12 @@ _DROP_ALWAYS = (
     "map",
     "dialog",
 )
-_DROP_ROLES = ("navigation", "complementary", "search", "banner", "contentinfo")
+_DROP_ROLES = ("navigation", "complementary", "search")
+# The page's own banner/footer landmarks: dropped only outside the main content, like header and
+# footer. WAI-ARIA 1.2 scopes banner and contentinfo to the page (HTML-AAM maps <header>/<footer>
+# to them only when not inside article/main); sites also put role=contentinfo on each search
+# result's caption inside <main> (Bing), which is the content itself.
+_PAGE_ROLES = ("banner", "contentinfo")
 _NOT_CONTENT_HINT = re.compile(
     r"(?:^|[\s_-])(comment|sidebar|footer|header|menu|nav|related|share|ad|ads)(?:$|[\s_-])", re.I
 )
@@ -159,7 +165,7 @@ def _strip_chrome(body: etree._Element) -> None:
             tag in _DROP_ALWAYS
             or role in _DROP_ROLES
             or _is_hidden(el)
-            or (tag in ("header", "footer") and not _inside_content(el))
+            or ((tag in ("header", "footer") or role in _PAGE_ROLES) and not _inside_content(el))
         ):
             to_remove.append(el)
     for el in to_remove:

@@ -161,6 +161,19 @@ def test_hidden_elements_dropped():
     assert doc.text == "shown"
 
 
+def test_page_landmark_roles_dropped_only_outside_the_main_content():
+    # Bing marks each result's caption role="contentinfo" inside <main>: it is the content
+    page = """<body><div role="banner">Site banner</div>
+<main><ol><li><h2>Microsoft - Wikipedia</h2><div role="contentinfo">Microsoft Corporation is a company.</div></li>
+<li><h2>Windows</h2><div class="b_caption" role="contentinfo">Windows is an operating system.</div></li></ol></main>
+<div role="contentinfo">Copyright 2024 the site</div></body>"""
+    text = _parse(page).text
+    assert "Microsoft Corporation is a company." in text
+    assert "Windows is an operating system." in text
+    assert "Site banner" not in text
+    assert "Copyright 2024" not in text
+
+
 def test_no_network_no_entities():
     # An external entity / DTD must never be fetched or expanded.
     html = '<!DOCTYPE html [<!ENTITY x SYSTEM "file:///etc/passwd">]><html><body><p>a &x; b</p></body></html>'
