@@ -61,8 +61,8 @@ print(json.dumps(out))
 
 def _pdfs(lang: str, quick: bool) -> list[Path]:
     """LibreOffice PDFs of the corpus's HTML pages (cached)."""
-    src_dir, names = (EN_DOCS, EN_FILES) if lang == "en" else (ZH_DOCS, ZH_FILES)
-    names = names[:2] if quick else names
+    src_dir, files = (EN_DOCS, EN_FILES) if lang == "en" else (ZH_DOCS, ZH_FILES)
+    names: tuple[str, ...] = files[:2] if quick else files
     out = CACHE / lang
     out.mkdir(parents=True, exist_ok=True)
     todo = [src_dir / n for n in names if (src_dir / n).exists() and not (out / n.replace(".html", ".pdf")).exists()]
@@ -207,7 +207,9 @@ def _tesseract_version() -> str:
 # --------------------------------------------------------------------------- run
 
 
-def _row(tool: str, lang: str, dpi: int, pages: list[dict[str, Any]], texts: list[str], seconds: float) -> dict:
+def _row(
+    tool: str, lang: str, dpi: int, pages: list[dict[str, Any]], texts: list[str], seconds: float
+) -> dict[str, Any]:
     recall, precision = _score([(p["truth"], t) for p, t in zip(pages, texts, strict=True)])
     return {
         "tool": tool,
@@ -220,7 +222,7 @@ def _row(tool: str, lang: str, dpi: int, pages: list[dict[str, Any]], texts: lis
     }
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
