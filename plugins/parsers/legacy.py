@@ -1,21 +1,30 @@
-"""Legacy OLE formats (.doc / .xls / .ppt): converted to OOXML by LibreOffice, then parsed.
+"""Legacy Office formats (.doc / .xls / .ppt): converted to OOXML by LibreOffice, then parsed.
 
-Without ``soffice`` on the machine the document fails with ``unsupported`` and a reason that
-says so. Password-protected OOXML files are OLE containers too ("EncryptedPackage") and fail
-with ``encrypted``. The conversion runs in its own process group under the document's time
+OLE compound files, and BIFF2-4 worksheets, which are bare BIFF record streams (Excel 2-4
+wrote no OLE container; the sniffer routes their BOF record here as ``.xls``). Without
+``soffice`` on the machine the document fails with ``unsupported`` and a reason that says so.
+Password-protected OOXML files are OLE containers too ("EncryptedPackage") and fail with
+``encrypted``; so do password-protected binary files, found before LibreOffice is started
+(which only says it could not convert them): an ``.xls`` whose workbook globals hold a FilePass
+record ([MS-XLS] 2.4.117), a ``.ppt`` with an "EncryptedSummary" stream ([MS-PPT] 2.1.3), a
+``.doc`` whose FIB has fEncrypted set ([MS-DOC] 2.5.2). The conversion runs in its own process group under the document's time
 budget and is killed whole when it overruns.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
+
+import olefile
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import Deadline, Limits
@@ -86,6 +95,8 @@ def parse_legacy(data: bytes, ctx: ParseContext) -> ParsedDocument:
         raise ParseError(ParseErrorCode.UNSUPPORTED, "OLE compound file of an unknown kind")
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
+    if _password_protected(data, media):
+        raise ParseError(ParseErrorCode.ENCRYPTED, f"password-protected {_EXT[media]} document")
     deadline = Deadline(limits.time_budget_s)
     target_ext, target_type = _TARGETS[media]
     converted = convert_with_libreoffice(data, _EXT[media], target_ext, deadline.remaining)
@@ -97,3 +108,42 @@ def parse_legacy(data: bytes, ctx: ParseContext) -> ParsedDocument:
     doc = spec.fn(converted, ParseContext(ctx.file_name, target_type, ctx.declared_type, ctx.url, options))
     doc.metadata["converted_from"] = media
     return doc
+
+
+_FILEPASS = 0x002F
+_BIFF_EOF = 0x000A
+# records looked at in the workbook globals: FilePass follows BOF at once when present
+_GLOBALS_RECORDS = 64
+_FIB_FLAGS = 0x0A
+_FIB_ENCRYPTED = 0x0100
+
+
+def _password_protected(data: bytes, media: str) -> bool:
+    """Whether an OLE ``.doc``/``.xls``/``.ppt`` says it is encrypted (a damaged one: not known, False)."""
+    if not data.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):
+        return False  # a BIFF2-4 file: its FilePass would be in the bare record stream
+    with contextlib.suppress(Exception), olefile.OleFileIO(data) as ole:  # a damaged directory
+        names = {entry[0].lower(): entry[0] for entry in ole.listdir(streams=True) if len(entry) == 1}
+        if media == PPT:
+            return "encryptedsummary" in names
+        if media == XLS:
+            stream = names.get("workbook") or names.get("book")
+            return stream is not None and _has_filepass(ole.openstream(stream).read(1 << 16))
+        if media == DOC and "worddocument" in names:
+            fib = ole.openstream(names["worddocument"]).read(_FIB_FLAGS + 2)
+            return len(fib) == _FIB_FLAGS + 2 and bool(struct.unpack_from("<H", fib, _FIB_FLAGS)[0] & _FIB_ENCRYPTED)
+    return False
+
+
+def _has_filepass(stream: bytes) -> bool:
+    pos = 0
+    for _ in range(_GLOBALS_RECORDS):
+        if pos + 4 > len(stream):
+            return False
+        record, length = struct.unpack_from("<HH", stream, pos)
+        if record == _FILEPASS:
+            return True
+        if record == _BIFF_EOF:
+            return False
+        pos += 4 + length
+    return False
