@@ -312,6 +312,9 @@ class RtfReader:
     # ------------------------------------------------------------------ text
 
     def _unicode(self, value: int) -> None:
+        # a signed 16-bit value (spec, "\\uN"): negative ones wrap; anything outside is no character
+        if not -32768 <= value <= 65535:
+            value = 0xFFFD
         value = value + 65536 if value < 0 else value
         self._skip_fallback = self._state.uc
         high = self._high_surrogate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 from email.message import EmailMessage
 
@@ -177,3 +178,53 @@ def test_archives_without_a_page_or_not_mime_are_typed_errors():
     with pytest.raises(ParseError) as err:
         mhtml.parse_mhtml(b"\x00\x01 not a message at all", ParseContext())
     assert err.value.code in (ParseErrorCode.EMPTY, ParseErrorCode.CORRUPT)
+
+
+# --------------------------------------------------------------------------- fuzz
+
+FUZZ_BUDGET_S = 5.0
+_MIME_JUNK = [b"\r\n", b"--", b"=", b"=\r\n", b"Content-Type: multipart/related; boundary=x\r\n\r\n", b"\x00", b"<"]
+
+
+def test_fuzzed_mhtml_raises_only_parse_errors_within_budget():
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    parts = [
+        _part(PAGE, "text/html", "https://example.org/about", charset="windows-1252", cte="quoted-printable"),
+        _part("name,qty\nbolts,12\n", "text/csv", "https://example.org/stock.csv", cte="base64"),
+    ]
+    seeds = [browser_archive(parts), WORD_MHT]
+
+    @st.composite
+    def mutated(draw: st.DrawFn) -> bytes:
+        data = bytearray(seeds[draw(st.integers(0, len(seeds) - 1))])
+        for _ in range(draw(st.integers(1, 3))):
+            op = draw(st.sampled_from(["flip", "truncate", "insert"]))
+            if op == "flip" and data:
+                for _ in range(draw(st.integers(1, 8))):
+                    data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+            elif op == "truncate":
+                del data[draw(st.integers(0, len(data))) :]
+            else:
+                at = draw(st.integers(0, len(data)))
+                data[at:at] = draw(st.sampled_from(_MIME_JUNK)) * draw(st.integers(1, 100))
+        return bytes(data)
+
+    @settings(
+        max_examples=150,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=mutated())
+    def run(data: bytes) -> None:
+        started = time.monotonic()
+        with contextlib.suppress(ParseError):
+            parse_bytes(data, "fuzz.mhtml", time_budget_s=FUZZ_BUDGET_S)
+        assert time.monotonic() - started < FUZZ_BUDGET_S + 2
+
+    run()

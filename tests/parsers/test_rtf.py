@@ -8,6 +8,7 @@ aside) must be found by the reader too.
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import subprocess
 from collections.abc import Callable
@@ -279,3 +280,71 @@ def test_real_rtf_structure():
     table = parse_bytes((REALDOCS / "0745_table_error_codes.rtf").read_bytes(), "x.rtf")
     (block,) = [b for b in table.blocks if b.kind == BlockKind.TABLE]
     assert block.header == ["Code", "Error"] and block.rows[0] == ["3", "PandocFailOnWarningError"]
+
+
+# --------------------------------------------------------------------------- fuzz
+
+FUZZ_BUDGET_S = 5.0
+_RTF_JUNK = [
+    b"{",
+    b"}",
+    b"\\",
+    b"\\'",
+    b"\\'zz",
+    b"\\u-",
+    b"\\u99999999999",
+    b"\\bin99999 ",
+    b"{\\*",
+    b"\\uc9",
+    b"\xff",
+]
+
+
+def _rtf_seeds() -> list[bytes]:
+    seeds = [
+        rtf(r"{\info{\title T}}\pard\s1 Head\par body \'e9 \u8364?\par\trowd\pard\intbl a\cell b\cell\row"),
+        rtf(r"{\stylesheet{\s1 heading 1;}}{\listtext 1.\tab}item\par{\footnote note\par}\bin3 abc end\par"),
+    ]
+    if REALDOCS.is_dir():
+        seeds += [p.read_bytes() for p in sorted(REALDOCS.glob("*.rtf")) if p.stat().st_size < 64 * 1024][:8]
+    return seeds
+
+
+def test_fuzzed_rtf_raises_only_parse_errors_within_budget():
+    import time
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    seeds = _rtf_seeds()
+
+    @st.composite
+    def mutated(draw: st.DrawFn) -> bytes:
+        data = bytearray(seeds[draw(st.integers(0, len(seeds) - 1))])
+        for _ in range(draw(st.integers(1, 3))):
+            op = draw(st.sampled_from(["flip", "truncate", "insert"]))
+            if op == "flip" and data:
+                for _ in range(draw(st.integers(1, 8))):
+                    data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+            elif op == "truncate":
+                del data[draw(st.integers(0, len(data))) :]
+            else:
+                at = draw(st.integers(0, len(data)))
+                data[at:at] = draw(st.sampled_from(_RTF_JUNK)) * draw(st.integers(1, 300))
+        return bytes(data)
+
+    @settings(
+        max_examples=300,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=mutated())
+    def run(data: bytes) -> None:
+        started = time.monotonic()
+        with contextlib.suppress(ParseError):
+            parse_rtf(data, ParseContext(options={"time_budget_s": FUZZ_BUDGET_S}))
+        assert time.monotonic() - started < FUZZ_BUDGET_S + 2
+
+    run()
