@@ -397,3 +397,40 @@ def test_fuzzed_images_raise_only_parse_errors_within_budget(case: tuple[str, by
     with contextlib.suppress(ParseError):
         parse_bytes(data, name, time_budget_s=_FUZZ_BUDGET_S, max_pages=20)
     assert time.monotonic() - started < _FUZZ_BUDGET_S + 15.0  # bounds a hang, not a speed
+
+
+# --------------------------------------------------------------------------- real scans
+
+REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
+
+
+def _realdoc(origin_suffix: str) -> Path:
+    """A third-party file of ../shared/realdocs by the end of its origin path (manifest.json)."""
+    import json
+
+    manifest = REALDOCS / "manifest.json"
+    if not manifest.exists():
+        pytest.skip(f"no real-document corpus at {REALDOCS}")
+    entries = json.loads(manifest.read_text(encoding="utf-8"))
+    entries = entries if isinstance(entries, list) else entries.get("files", [])
+    for entry in entries:
+        if str(entry.get("origin", {}).get("path", "")).endswith(origin_suffix):
+            return REALDOCS / str(entry["file"])
+    pytest.skip(f"{origin_suffix} is not in {manifest}")
+
+
+@needs_tesseract
+@pytest.mark.parametrize(
+    ("origin", "expected"),
+    [
+        ("tika-parser-pdf-module/src/test/resources/test-documents/testOCR.pdf", "Happy New Year 2003!"),
+        ("tests/test_files/MEDRPT-2024-PAT-3847_medical_report_scan.pdf", "SEATTLE GENERAL HOSPITAL"),
+    ],
+)
+def test_real_scanned_pdfs_from_other_projects(origin: str, expected: str) -> None:
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(str(_realdoc(origin)))
+    assert pdf[0].get_textpage().get_text_range().strip() == ""  # a scan: no text layer
+    result = ocr_pdf_pages(pdf, [0], {}, Deadline(60))
+    assert expected in join_lines(result.pages[0])
