@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -41,14 +42,29 @@ from plugins.parsers._ocr import (
     ocr_available,
     ocr_image,
 )
-from plugins.parsers.registry import ParseContext, register_parser
-from plugins.parsers.sniff import IMAGE_TYPES
+from plugins.parsers.registry import ParseContext, register_parser, register_sniffer
+from plugins.parsers.sniff import BMP, IMAGE_TYPES
 
 __all__ = ["parse_image"]
 
 # Pillow's names of the formats registered here: no other decoder is ever tried on the bytes
 _PILLOW_FORMATS = ("PNG", "JPEG", "TIFF", "GIF", "BMP", "WEBP")
 _EXTENSIONS = ("png", "jpg", "jpeg", "tif", "tiff", "gif", "bmp", "webp")
+# BITMAPFILEHEADER then a DIB header whose first field is its own size: CORE (12), INFO (40),
+# the V2/V3 INFO variants (52, 56), OS/2 2.x (64), V4 (108), V5 (124) -- Microsoft's BMP format
+_DIB_HEADER_SIZES = frozenset({12, 40, 52, 56, 64, 108, 124})
+
+
+@register_sniffer
+def sniff_bmp(data: bytes, file_name: str = "") -> str | None:
+    """BMP by its headers: "BM" alone is too common a start of text to go by, so the reserved
+    fields must be zero and the DIB header size one the format defines."""
+    if len(data) < 26 or data[:2] != b"BM":
+        return None
+    reserved, pixel_offset, dib_size = struct.unpack_from("<III", data, 6)
+    if reserved != 0 or dib_size not in _DIB_HEADER_SIZES or not 14 + dib_size <= pixel_offset:
+        return None
+    return BMP
 
 
 @register_parser("image", "1", IMAGE_TYPES, _EXTENSIONS, engines=("ocr", "off"), engine_key="image")

@@ -181,6 +181,15 @@ def test_transparent_png_text_is_read_on_white() -> None:
     assert "Transparent background text" in doc.text
 
 
+@needs_tesseract
+@pytest.mark.parametrize("fmt", ["BMP", "GIF", "WEBP"])
+def test_other_formats_are_sniffed_by_their_bytes_and_read(fmt: str) -> None:
+    image = Image.new("L", (700, 90), 255)
+    ImageDraw.Draw(image).text((12, 16), "Bitmap text here", fill=0, font_size=48)
+    doc = parse_bytes(_encoded(image, fmt), "upload.bin")  # no telling name: the bytes decide
+    assert doc.parser == "image" and doc.metadata["image_format"] == fmt and "Bitmap text here" in doc.text
+
+
 # --------------------------------------------------------------------------- image-only PDFs
 
 
