@@ -1,17 +1,26 @@
-"""PDF (pypdfium2): text per page with line and block boxes, cleaned of page furniture.
+"""PDF (pypdfium2): text per page with line and block boxes, tables, cleaned of page furniture.
 
 * text in pdfium's reading order, lines grouped into paragraphs by vertical gaps and font-size
   changes; each block has its page number and box ``(x0, top, x1, bottom)`` in points from the
-  page's top-left corner;
+  page's top-left corner (``_pdf_layout``);
+* tables, ruled (path objects) or aligned text, become table blocks with rows, header and box
+  at their place in reading order; their text is kept out of the paragraphs (``_pdf_tables``);
 * header and footer lines that repeat on most pages (digits ignored, so "Page 3 of 9" matches
   "Page 4 of 9") are removed;
-* the outline (bookmarks) marks headings, with levels; without one, clearly larger short
+* the outline (bookmarks) marks headings, with levels, for entries whose title is in the text of
+  the page they point at (others are dropped: a file whose 1,372 bookmarks all point at one page
+  must not get 1,367 headings of text that is not there); without one, clearly larger short
   lines become headings by size rank;
-* pages that are images with (almost) no text are listed in ``metadata["ocr_pages"]`` (the
-  first 200) with ``needs_ocr`` set, instead of emitting garbage; a document with no text at
-  all is ``ParseError(empty)``, carrying the same two keys in its ``details`` when it is a scan;
-* encrypted files open when the password is empty (or given as option ``pdf_password``),
-  otherwise ``ParseError(encrypted)``.
+* engines (``engines: {pdf: auto|text|ocr}``): ``text`` never OCRs, listing pages that are images
+  with (almost) no text in ``metadata["ocr_pages"]`` (the first 200) with ``needs_ocr`` set;
+  ``auto`` (the default) OCRs those pages (``_pdf_ocr``), ``ocr`` every page instead of its
+  text layer; when OCR cannot run, ``needs_ocr`` stays and ``ocr_unavailable`` says why. A
+  document with no text at all is ``ParseError(empty)``, with the same keys in its ``details``;
+* file attachments (ISO 32000-1 7.11.4, the EmbeddedFiles name tree) are parsed through
+  ``_embedded`` and their blocks follow the pages';
+* encrypted files open when the password is empty (or given as option ``pdf_password``);
+  a file pdfium refuses (a damaged stream, a password need with no password given) goes to
+  ``_pdf_fallback`` (pypdf), which opens it or raises the typed error.
 
 Before pdfium opens the file, its zlib streams (images aside) are inflated and counted against
 ``pdf_max_inflated``: a Flate bomb is ``ParseError(bomb)`` at the cost of one MiB of memory,
@@ -29,12 +38,14 @@ import re
 import statistics
 import threading
 import zlib
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
+from plugins.parsers._embedded import EmbeddedFile, parse_embedded
+from plugins.parsers._pdf_layout import Line, furniture, lines_of, norm, page_chars, paragraphs
+from plugins.parsers._pdf_tables import Table, find_tables
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["parse_pdf"]
@@ -50,47 +61,24 @@ def _reset_lock() -> None:
 
 os.register_at_fork(after_in_child=_reset_lock)
 
-_SYMBOL_BULLETS = str.maketrans({"\uf0b7": "•", "\uf0a7": "▪", "\uf076": "•", "\uf0d8": "•", "\uf0fc": "✓"})
-_DIGITS = re.compile(r"\d+")
+_MAX_PAGE_CHARS = 500_000  # characters read from one page: a text layer bigger is a bomb's
 
 
 @dataclass(slots=True)
-class _Line:
-    text: str
-    x0: float
-    top: float
-    x1: float
-    bottom: float
-
-    @property
-    def height(self) -> float:
-        return max(self.bottom - self.top, 0.1)
+class _Page:
+    lines: list[Line]
+    height: float
+    tables: list[Table] = field(default_factory=list)
+    image_only: bool = False
 
 
-def _page_lines(textpage: Any, page_height: float) -> list[_Line]:
-    text = textpage.get_text_range()
-    n_chars = textpage.count_chars()
-    lines: list[_Line] = []
-    pos = 0
-    for raw in re.split(r"(\r\n|\n|\r)", text):
-        if raw in ("\r\n", "\n", "\r"):
-            pos += len(raw)
-            continue
-        start, end = pos, pos + len(raw)
-        pos = end
-        stripped = raw.strip()
-        if not stripped:
-            continue
-        first = start + (len(raw) - len(raw.lstrip()))
-        last = end - 1 - (len(raw) - len(raw.rstrip()))
-        if len(text) == n_chars and 0 <= first < n_chars and 0 <= last < n_chars:
-            l0, b0, r0, t0 = textpage.get_charbox(first)
-            l1, b1, r1, t1 = textpage.get_charbox(last)
-            box = (min(l0, l1), page_height - max(t0, t1), max(r0, r1), page_height - min(b0, b1))
-        else:  # surrogate pairs shift indices: keep the text, skip the box
-            box = (0.0, 0.0, 0.0, 0.0)
-        lines.append(_Line(stripped.translate(_SYMBOL_BULLETS), *box))
-    return lines
+@dataclass(slots=True)
+class _Extracted:
+    pages: list[_Page]
+    toc: dict[int, list[tuple[int, str]]]
+    info: dict[str, str]
+    attachments: list[EmbeddedFile]
+    ocr: dict[str, Any]  # ocr_used / ocr_engine / ocr_pages / ocr_unavailable, as found
 
 
 def _image_coverage(page: Any, width: float, height: float) -> float:
@@ -103,56 +91,13 @@ def _image_coverage(page: Any, width: float, height: float) -> float:
     return area / max(width * height, 1.0)
 
 
-def _furniture(pages: list[list[_Line]], heights: list[float]) -> set[tuple[int, int]]:
-    """(page, line) indices of header/footer lines repeated on most pages.
+class _Refused(Exception):
+    """pdfium would not open the file; ``reason`` is what it said (for the pypdf fallback)."""
 
-    Only lines in the top or bottom margin band (10% of the page) qualify, so a chapter title
-    or a repeated sentence in the body is never mistaken for furniture; digits are ignored so
-    running page numbers match.
-    """
-    if len(pages) < 3:
-        return set()
-    threshold = max(3, int(len(pages) * 0.5 + 0.5))
-    drop: set[tuple[int, int]] = set()
-    for edge in ("head", "foot"):
-        for depth in range(2):  # the first/last two lines of a page
-            keys: list[tuple[int, int, str]] = []
-            for p, lines in enumerate(pages):
-                if len(lines) <= depth:
-                    continue
-                idx = depth if edge == "head" else len(lines) - 1 - depth
-                line, band = lines[idx], 0.1 * heights[p]
-                if (edge == "head" and line.bottom > band) or (edge == "foot" and line.top < heights[p] - band):
-                    continue
-                keys.append((p, idx, _DIGITS.sub("#", " ".join(line.text.lower().split()))))
-            counts = Counter(k for _, _, k in keys)
-            for p, idx, key in keys:
-                if counts[key] >= threshold:
-                    drop.add((p, idx))
-    return drop
-
-
-def _paragraphs(lines: list[_Line], titles: set[str]) -> list[list[_Line]]:
-    """Group lines into paragraphs; a line equal to an outline title always stands alone."""
-    groups: list[list[_Line]] = []
-    for line in lines:
-        alone = _norm(line.text) in titles
-        if groups and not alone and _norm(groups[-1][-1].text) not in titles:
-            prev = groups[-1][-1]
-            gap = line.top - prev.bottom
-            tallest = max(prev.height, line.height)
-            # glyph boxes are ~0.7 of the font size, so normal leading leaves a gap below one box height
-            size_change = abs(line.height - prev.height) > 0.4 * tallest
-            jumped = line.top < prev.top - prev.height  # new column or out-of-order object
-            if gap <= 1.0 * tallest and not size_change and not jumped:
-                groups[-1].append(line)
-                continue
-        groups.append([line])
-    return groups
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
+    def __init__(self, reason: str, error: ParseError) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
 
 
 def _open(data: bytes, password: str | None) -> Any:
@@ -164,13 +109,16 @@ def _open(data: bytes, password: str | None) -> Any:
         return pdfium.PdfDocument(data, password=password)
     except pdfium.PdfiumError as exc:
         if exc.err_code == pdfium_c.FPDF_ERR_PASSWORD:
-            raise ParseError(ParseErrorCode.ENCRYPTED, "pdf: password required") from exc
+            error = ParseError(ParseErrorCode.ENCRYPTED, "pdf: password required")
+            if password:  # the wrong password given: another reader will not know a better one
+                raise error from exc
+            raise _Refused(str(exc), error) from exc
         if exc.err_code == pdfium_c.FPDF_ERR_SUCCESS:
             # pdfium refuses a document whose page tree is empty without naming an error
             raise ParseError(ParseErrorCode.EMPTY, "pdf: no pages (empty or unreadable page tree)") from exc
         if exc.err_code == pdfium_c.FPDF_ERR_SECURITY:
             raise ParseError(ParseErrorCode.ENCRYPTED, "pdf: unsupported security handler") from exc
-        raise ParseError(ParseErrorCode.CORRUPT, f"pdf: {exc}") from exc
+        raise _Refused(str(exc), ParseError(ParseErrorCode.CORRUPT, f"pdf: {exc}")) from exc
 
 
 def _toc(pdf: Any, limit: int = 5000) -> dict[int, list[tuple[int, str]]]:
@@ -189,38 +137,89 @@ def _toc(pdf: Any, limit: int = 5000) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-def _extract(data: bytes, ctx: ParseContext, limits: Limits, deadline: Deadline) -> ParsedDocument:
-    pdf = _open(data, ctx.options.get("pdf_password"))
+def _read_page(page: Any, deadline: Deadline, with_tables: bool) -> _Page:
+    width, height = page.get_size()
+    textpage = page.get_textpage()
     try:
-        n = len(pdf)
-        if n == 0:
-            raise ParseError(ParseErrorCode.EMPTY, "pdf: document has no pages")
-        if n > limits.max_pages:
-            raise ParseError(ParseErrorCode.TOO_LARGE, f"pdf: {n} pages (limit {limits.max_pages})")
-        pages: list[list[_Line]] = []
-        page_heights: list[float] = []
-        ocr_pages: list[int] = []
-        for i in range(n):
-            deadline.check(f"pdf page {i + 1}")
-            page = pdf[i]
-            try:
-                width, height = page.get_size()
-                textpage = page.get_textpage()
-                try:
-                    lines = _page_lines(textpage, height)
-                finally:
-                    textpage.close()
-                if sum(len(line.text) for line in lines) < 20 and _image_coverage(page, width, height) > 0.5:
-                    ocr_pages.append(i + 1)
-                pages.append(lines)
-                page_heights.append(height)
-            finally:
-                page.close()
-        toc = _toc(pdf)
-        meta = {k.lower(): v for k, v in pdf.get_metadata_dict(skip_empty=True).items()}
+        chars = page_chars(textpage, height, _MAX_PAGE_CHARS)
     finally:
-        pdf.close()
-    return _build(pages, page_heights, toc, ocr_pages, meta, limits, n)
+        textpage.close()
+    lines = lines_of(chars)
+    tables = find_tables(page, chars, lines, height, deadline) if with_tables and lines else []
+    if tables:
+        taken = set().union(*(t.members for t in tables))
+        lines = lines_of(chars, [i in taken for i in range(len(chars.text))])
+    image_only = sum(len(ln.text) for ln in lines) + sum(len(t.members) for t in tables) < 20
+    image_only = image_only and _image_coverage(page, width, height) > 0.5
+    return _Page(lines, height, tables, image_only)
+
+
+def _attachments(pdf: Any, limits: Limits, deadline: Deadline) -> list[EmbeddedFile]:
+    """The document's embedded files, read while pdfium is ours (parsed later, outside the lock)."""
+    out: list[EmbeddedFile] = []
+    try:
+        count = pdf.count_attachments()
+    except Exception:  # a broken name tree must not lose the text
+        return out
+    for i in range(min(count, limits.embed_max_files)):
+        deadline.check("pdf attachments")
+        try:
+            attachment = pdf.get_attachment(i)
+            out.append(
+                EmbeddedFile(attachment.name or f"attachment-{i + 1}", bytes(attachment.get_data()), where="attachment")
+            )
+        except Exception:  # one unreadable attachment (no data, bad stream): the others still count
+            continue
+    return out
+
+
+def _extract(pdf: Any, ctx: ParseContext, limits: Limits, deadline: Deadline) -> _Extracted:
+    n = len(pdf)
+    if n == 0:
+        raise ParseError(ParseErrorCode.EMPTY, "pdf: document has no pages")
+    if n > limits.max_pages:
+        raise ParseError(ParseErrorCode.TOO_LARGE, f"pdf: {n} pages (limit {limits.max_pages})")
+    engine = ctx.engine or "auto"
+    pages: list[_Page] = []
+    for i in range(n):
+        deadline.check(f"pdf page {i + 1}")
+        page = pdf[i]
+        try:
+            pages.append(_read_page(page, deadline, with_tables=engine != "ocr"))
+        finally:
+            page.close()
+    wanted = list(range(n)) if engine == "ocr" else [i for i, p in enumerate(pages) if p.image_only]
+    ocr = _run_ocr(pdf, pages, wanted, ctx, deadline) if wanted and engine != "text" else {}
+    toc = _toc(pdf)
+    info = {k.lower(): v for k, v in pdf.get_metadata_dict(skip_empty=True).items()}
+    return _Extracted(pages, toc, info, _attachments(pdf, limits, deadline), ocr)
+
+
+def _run_ocr(pdf: Any, pages: list[_Page], wanted: list[int], ctx: ParseContext, deadline: Deadline) -> dict[str, Any]:
+    """OCR ``wanted`` pages (0-based) in place of their text layer; the facts for the metadata.
+
+    Called with the pdfium lock held: the OCR module renders pages through the same pdfium.
+    """
+    try:
+        from plugins.parsers._pdf_ocr import ocr_pdf_pages  # tesseract and its images load only for OCR
+    except ImportError as exc:
+        return {"ocr_unavailable": f"OCR module not installed ({exc})"}
+    result = ocr_pdf_pages(pdf, wanted, ctx.options, deadline)
+    if result.unavailable:
+        return {"ocr_unavailable": result.unavailable}
+    done = []
+    for index in wanted:
+        ocr_lines = result.pages.get(index)
+        if ocr_lines is None:
+            continue
+        lines = [
+            Line(clean_text(ln.text), ln.x0, ln.top, ln.x1, ln.bottom, first=k, ocr=True)
+            for k, ln in enumerate(ocr_lines)
+            if clean_text(ln.text)
+        ]
+        pages[index] = _Page(lines, pages[index].height, [], image_only=not lines)
+        done.append(index + 1)
+    return {"ocr_used": bool(done), "ocr_engine": result.engine, "ocr_pages": done[:_MAX_OCR_PAGES_LISTED]}
 
 
 # page numbers listed in ``ocr_pages``: 200 of up to 4 digits stay a list within the 2,000
@@ -233,66 +232,128 @@ def _ocr_warning(ocr_pages: list[int]) -> dict[str, Any]:
     return {"needs_ocr": True, "ocr_pages": ocr_pages[:_MAX_OCR_PAGES_LISTED]}
 
 
-def _build(
-    pages: list[list[_Line]],
-    page_heights: list[float],
-    toc: dict[int, list[tuple[int, str]]],
-    ocr_pages: list[int],
-    info: dict[str, str],
-    limits: Limits,
-    n_pages: int,
-) -> ParsedDocument:
-    drop = _furniture(pages, page_heights)
-    builder = BlockBuilder(limits.max_blocks)
-    heights = [ln.height for lines in pages for ln in lines if ln.height > 0.1]
+def _matched_toc(toc: dict[int, list[tuple[int, str]]], pages: list[_Page]) -> dict[int, list[tuple[int, str]]]:
+    """Outline entries whose title is in the text of the page they point at; the rest are dropped."""
+    out: dict[int, list[tuple[int, str]]] = {}
+    for p, entries in toc.items():
+        if not 0 <= p < len(pages):
+            continue
+        page_text = norm(" ".join(ln.text for ln in pages[p].lines))
+        page_text += " " + norm(" ".join(c for t in pages[p].tables for r in [t.header or [], *t.rows] for c in r))
+        kept = [(level, title) for level, title in entries if norm(title) in page_text]
+        if kept:
+            out[p] = kept
+    return out
+
+
+def _size_levels(pages: list[_Page], has_toc: bool) -> dict[int, int]:
+    """Without an outline, the three largest line heights well above the body's are heading levels."""
+    heights = [ln.height for page in pages for ln in page.lines if ln.height > 0.1]
     body_height = statistics.median(heights) if heights else 0.0
-    size_levels: dict[int, int] = {}
-    if not toc and body_height:
-        big = sorted({round(h) for h in heights if h >= 1.25 * body_height}, reverse=True)[:3]
-        size_levels = {h: i + 1 for i, h in enumerate(big)}
-    for p, lines in enumerate(pages):
-        kept = [ln for i, ln in enumerate(lines) if (p, i) not in drop]
-        entries = {_norm(title): level for level, title in toc.get(p, [])}
-        on_page = {_norm(ln.text) for ln in kept}
-        for level, title in toc.get(p, []):
-            if _norm(title) not in on_page:  # bookmark whose text is not a line: still a heading here
-                builder.heading(title, level, [Position(page=p + 1)])
-        for group in _paragraphs(kept, set(entries)):
-            text = "\n".join(ln.text for ln in group)
-            box = (
-                min(ln.x0 for ln in group),
-                min(ln.top for ln in group),
-                max(ln.x1 for ln in group),
-                max(ln.bottom for ln in group),
-            )
-            positions = [Position(page=p + 1, bbox=tuple(round(v, 2) for v in box))]  # type: ignore[arg-type]
-            flat = _norm(text)
-            if flat in entries:
-                builder.heading(text, entries.pop(flat), positions)
-                continue
-            size_level = size_levels.get(round(group[0].height)) if len(group) <= 2 and len(text) < 120 else None
-            if size_level is not None and re.search(r"[A-Za-z\u00c0-\uffff]", text):
-                builder.heading(text, size_level, positions)
-            else:
-                builder.add(BlockKind.PARAGRAPH, text, positions)
+    if has_toc or not body_height:
+        return {}
+    big = sorted({round(h) for h in heights if h >= 1.25 * body_height}, reverse=True)[:3]
+    return {h: i + 1 for i, h in enumerate(big)}
+
+
+def _emit_page(
+    builder: BlockBuilder,
+    p: int,
+    kept: list[Line],
+    page: _Page,
+    toc: dict[int, list[tuple[int, str]]],
+    size_levels: dict[int, int],
+) -> None:
+    entries = {norm(title): level for level, title in toc.get(p, [])}
+    on_page = {norm(ln.text) for ln in kept}
+    for level, title in toc.get(p, []):
+        if norm(title) not in on_page:  # a title inside a longer line: still a heading here
+            builder.heading(title, level, [Position(page=p + 1)])
+    items: list[tuple[int, list[Line] | Table]] = [(g[0].first, g) for g in paragraphs(kept, set(entries))]
+    items += [(t.first, t) for t in page.tables]
+    items.sort(key=lambda item: item[0])
+    for _, item in items:
+        if isinstance(item, Table):
+            kind = "ruled" if item.ruled else "aligned"
+            builder.table(item.rows, item.header, [Position(page=p + 1, bbox=item.bbox)], table_kind=kind)
+            continue
+        _emit_group(builder, p, item, entries, size_levels)
+
+
+def _emit_group(
+    builder: BlockBuilder, p: int, group: list[Line], entries: dict[str, int], size_levels: dict[int, int]
+) -> None:
+    text = "\n".join(ln.text for ln in group)
+    box = (
+        min(ln.x0 for ln in group),
+        min(ln.top for ln in group),
+        max(ln.x1 for ln in group),
+        max(ln.bottom for ln in group),
+    )
+    positions = [Position(page=p + 1, bbox=tuple(round(v, 2) for v in box))]  # type: ignore[arg-type]
+    extra = {"ocr": True} if group[0].ocr else {}
+    flat = norm(text)
+    if flat in entries:
+        builder.heading(text, entries.pop(flat), positions, **extra)
+        return
+    size_level = size_levels.get(round(group[0].height)) if len(group) <= 2 and len(text) < 120 else None
+    if size_level is not None and re.search(r"[A-Za-z\u00c0-\uffff]", text):
+        builder.heading(text, size_level, positions, **extra)
+    else:
+        builder.add(BlockKind.PARAGRAPH, text, positions, **extra)
+
+
+def _build(found: _Extracted, ctx: ParseContext, limits: Limits) -> ParsedDocument:
+    pages = found.pages
+    drop = furniture([p.lines for p in pages], [p.height for p in pages])
+    builder = BlockBuilder(limits.max_blocks)
+    toc = _matched_toc(found.toc, pages)
+    size_levels = _size_levels(pages, bool(toc))
+    for p, page in enumerate(pages):
+        kept = [ln for i, ln in enumerate(page.lines) if (p, i) not in drop]
+        _emit_page(builder, p, kept, page, toc, size_levels)
+    n_text_blocks = len(builder.blocks)
+    meta: dict[str, Any] = {"pages": len(pages)}
+    meta.update(_ocr_facts(found.ocr, [i + 1 for i, p in enumerate(pages) if p.image_only]))
+    if found.attachments:
+        embedded = parse_embedded(found.attachments, ctx.options, builder.heading_path)
+        builder.blocks.extend(embedded.blocks)
+        embedded.record(meta)
     if not builder.blocks:
-        if ocr_pages:
+        scanned = [k for k in ("needs_ocr", "ocr_pages", "ocr_unavailable") if k in meta]
+        if meta.get("needs_ocr"):
             raise ParseError(
                 ParseErrorCode.EMPTY,
-                f"pdf: scanned images without text on {len(ocr_pages)} page(s), needs OCR",
-                _ocr_warning(ocr_pages),  # the run's lineage says so, as for a partly scanned one
+                f"pdf: scanned images without text on {sum(p.image_only for p in pages)} page(s), needs OCR",
+                {k: meta[k] for k in scanned},  # the run's lineage says so, as for a partly scanned one
             )
         raise ParseError(ParseErrorCode.EMPTY, "pdf: no text")
-    meta: dict[str, Any] = {"pages": n_pages}
-    if ocr_pages:
-        meta.update(_ocr_warning(ocr_pages))
     for key in ("author", "subject", "keywords", "creator", "producer"):
-        if info.get(key):
-            meta[key] = info[key]
+        if found.info.get(key):
+            meta[key] = found.info[key]
     if drop:
         meta["furniture_lines_removed"] = len(drop)
-    doc_title = info.get("title") or next((b.text for b in builder.blocks if b.kind == BlockKind.HEADING), None)
-    return ParsedDocument(blocks=builder.blocks, title=doc_title, media_type="application/pdf", metadata=meta)
+    tables = sum(len(p.tables) for p in pages)
+    if tables:
+        meta["tables"] = tables
+    heading = next((b.text for b in builder.blocks[:n_text_blocks] if b.kind == BlockKind.HEADING), None)
+    return ParsedDocument(
+        blocks=builder.blocks, title=found.info.get("title") or heading, media_type="application/pdf", metadata=meta
+    )
+
+
+def _ocr_facts(ocr: dict[str, Any], still_image_only: list[int]) -> dict[str, Any]:
+    """``ocr_used``/``ocr_engine``/``ocr_pages`` for what was OCR'd, ``needs_ocr`` for what is left."""
+    out: dict[str, Any] = {}
+    if ocr.get("ocr_used"):
+        out.update({k: ocr[k] for k in ("ocr_used", "ocr_engine", "ocr_pages")})
+    if still_image_only:
+        out.update(_ocr_warning(still_image_only))
+        if "ocr_unavailable" in ocr:
+            out["ocr_unavailable"] = ocr["ocr_unavailable"]
+    elif "ocr_unavailable" in ocr:  # engine "ocr" without OCR: the text layer was read instead
+        out["ocr_unavailable"] = ocr["ocr_unavailable"]
+    return out
 
 
 # "stream" then its end of line (ISO 32000-1 7.3.8.1); "endstream" is not a start
@@ -346,11 +407,36 @@ def _inflated_size(view: memoryview, budget: int) -> int:
     return total
 
 
-@register_parser("pdf", "1.0", ("application/pdf",), ("pdf",), isolate=True)
+@register_parser(
+    "pdf", "2.0", ("application/pdf",), ("pdf",), isolate=True, engines=("auto", "text", "ocr"), engine_key="pdf"
+)
 def parse_pdf(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
     _check_inflated_size(data, limits, deadline)
+    password = ctx.options.get("pdf_password")
     with _LOCK:
-        return _extract(data, ctx, limits, deadline)
+        try:
+            pdf = _open(data, password)
+        except _Refused as refused:
+            pdf = None
+            refusal = refused
+        if pdf is not None:
+            try:
+                found = _extract(pdf, ctx, limits, deadline)
+            finally:
+                pdf.close()
+    if pdf is None:
+        return _fallback(data, ctx, password, refusal)
+    # embedded files parse outside the lock: a PDF attachment parsed in this process takes it again
+    return _build(found, ctx, limits)
+
+
+def _fallback(data: bytes, ctx: ParseContext, password: str | None, refused: _Refused) -> ParsedDocument:
+    """A file pdfium refused goes to pypdf, which opens it or raises the typed error itself."""
+    try:
+        from plugins.parsers._pdf_fallback import read_with_pypdf  # pypdf loads only for refused files
+    except ImportError:
+        raise refused.error from refused
+    return read_with_pypdf(data, ctx, password, refused.reason)

@@ -82,7 +82,8 @@ def test_hand_built_pdf_furniture_outline_and_paragraphs():
     first = doc.blocks[1]
     assert first.text == "First line of section 1 body.\nSecond line of the same paragraph."
     x0, top, _x1, bottom = first.positions[0].bbox
-    assert 70 < x0 < 75 and 118 < top < 124 and 140 < bottom < 146
+    # the box covers every glyph of the paragraph, descenders ("p" of "paragraph") included
+    assert 70 < x0 < 75 and 118 < top < 124 and 140 < bottom < 148
 
 
 def test_scanned_page_flagged_needs_ocr():

@@ -1,0 +1,409 @@
+"""Tables on PDF pages: ruled grids from path objects, unruled ones from aligned text.
+
+Ruled tables follow the lattice method of pdfplumber's table finder (edges -> intersections
+-> cells -> tables): every stroked or filled path on the page is cut into its straight
+segments (a thin filled rectangle is a rule too); horizontal and vertical ones are snapped
+and joined, their crossings found, and each crossing's smallest enclosing rectangle whose four
+sides are drawn is a cell. Cells that share corners form a table; the distinct cell borders
+give its grid, and a merged cell's text sits in its top-left grid slot (the others empty).
+
+Unruled tables: runs of at least three consecutive lines that each split into two or more
+pieces at wide gaps, whose gaps line up into common columns (whitespace that runs down all
+rows), with short cells: two-column running text never qualifies.
+
+Characters go to the cell containing their centre, in pdfium's reading order, so a cell of
+several lines reads in order. Coordinates: points from the page's top-left corner.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugins.parsers._common import Deadline
+from plugins.parsers._pdf_layout import Line, PageChars
+from plugins.parsers._tabular import _looks_like_header
+
+__all__ = ["Table", "find_tables"]
+
+_SNAP = 3.0  # points: rules this close are the same rule (pdfplumber's snap_tolerance)
+_JOIN = 3.0  # points: collinear pieces this close join (join_tolerance)
+_MIN_RULE = 3.0  # shorter segments are glyph or chart details, not rules
+_MAX_SEGMENTS = 50_000  # per page: a vector drawing is not a table, and its segments cost time
+_MAX_RULES = 600  # per direction after joining: crossings are checked pairwise
+_MIN_GAP = 0.5  # a column gap in unruled text: this many times the line's height (a space is ~0.3)
+_MIN_TABLE_SIDE = 40.0  # points: a grid narrower than this is a diagram's detail
+_MAX_CELL_CHARS = 40  # mean characters per cell of an unruled table: longer is running text
+
+
+@dataclass(slots=True)
+class Table:
+    bbox: tuple[float, float, float, float]
+    rows: list[list[str]]
+    header: list[str] | None
+    first: int  # the first character index inside it: where it sits in reading order
+    members: set[int] = field(default_factory=set)  # character indices it took from the page
+    ruled: bool = True
+
+
+def find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> list[Table]:
+    """Ruled tables first; then unruled ones among the lines they left."""
+    tables = []
+    for cells in _ruled_cell_groups(page, height, deadline):
+        table = _fill_ruled(cells, chars)
+        if table is not None:
+            tables.append(table)
+    taken = set().union(*(t.members for t in tables)) if tables else set()
+    free = [ln for ln in lines if not _line_taken(ln, chars, taken)]
+    tables.extend(_unruled(free, chars, deadline))
+    return tables
+
+
+def _line_taken(line: Line, chars: PageChars, taken: set[int]) -> bool:
+    return line.first in taken
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _segments(page: Any, height: float, deadline: Deadline) -> tuple[list[tuple[float, float, float]], ...]:
+    """Horizontal ``(y, x0, x1)`` and vertical ``(x, y0, y1)`` straight pieces of the page's paths."""
+    import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
+
+    horizontal: list[tuple[float, float, float]] = []
+    vertical: list[tuple[float, float, float]] = []
+    fill, stroke = ctypes.c_int(), ctypes.c_int()
+    px, py = ctypes.c_float(), ctypes.c_float()
+    count = 0
+    for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=3):
+        if not pdfium_c.FPDFPath_GetDrawMode(obj.raw, fill, stroke) or not (fill.value or stroke.value):
+            continue
+        a, b, c, d, e, f = obj.get_matrix().get()
+        n = pdfium_c.FPDFPath_CountSegments(obj.raw)
+        count += n
+        if count > _MAX_SEGMENTS:
+            return [], []
+        deadline.check("pdf table rules")
+        start = current = None
+        for i in range(n):
+            seg = pdfium_c.FPDFPath_GetPathSegment(obj.raw, i)
+            pdfium_c.FPDFPathSegment_GetPoint(seg, px, py)
+            point = (a * px.value + c * py.value + e, height - (b * px.value + d * py.value + f))
+            kind = pdfium_c.FPDFPathSegment_GetType(seg)
+            if kind == pdfium_c.FPDF_SEGMENT_LINETO and current is not None:
+                _add_piece(current, point, horizontal, vertical)
+            elif kind == pdfium_c.FPDF_SEGMENT_MOVETO:
+                start = point
+            current = point
+            if pdfium_c.FPDFPathSegment_GetClose(seg) and start is not None:
+                _add_piece(current, start, horizontal, vertical)
+                current = start
+    return horizontal, vertical
+
+
+def _add_piece(p: tuple[float, float], q: tuple[float, float], horizontal: list, vertical: list) -> None:
+    (x0, y0), (x1, y1) = p, q
+    if abs(y0 - y1) <= 1.0 and abs(x1 - x0) >= _MIN_RULE:
+        horizontal.append(((y0 + y1) / 2, min(x0, x1), max(x0, x1)))
+    elif abs(x0 - x1) <= 1.0 and abs(y1 - y0) >= _MIN_RULE:
+        vertical.append(((x0 + x1) / 2, min(y0, y1), max(y0, y1)))
+
+
+def _merge(pieces: list[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
+    """Snap pieces at nearly the same position together, then join collinear overlapping ones."""
+    pieces.sort()
+    snapped: list[list[tuple[float, float, float]]] = []
+    for piece in pieces:
+        if snapped and piece[0] - snapped[-1][0][0] <= _SNAP:
+            snapped[-1].append(piece)
+        else:
+            snapped.append([piece])
+    out: list[tuple[float, float, float]] = []
+    for group in snapped:
+        pos = sum(p[0] for p in group) / len(group)
+        spans = sorted((p[1], p[2]) for p in group)
+        lo, hi = spans[0]
+        for s0, s1 in spans[1:]:
+            if s0 <= hi + _JOIN:
+                hi = max(hi, s1)
+            else:
+                out.append((pos, lo, hi))
+                lo, hi = s0, s1
+        out.append((pos, lo, hi))
+    return out
+
+
+def _ruled_cell_groups(page: Any, height: float, deadline: Deadline) -> list[list[tuple[float, ...]]]:
+    """Cells ``(x0, top, x1, bottom)`` grouped into tables (corner-sharing components)."""
+    horizontal, vertical = _segments(page, height, deadline)
+    hs, vs = _merge(horizontal), _merge(vertical)
+    if len(hs) < 2 or len(vs) < 2 or len(hs) > _MAX_RULES or len(vs) > _MAX_RULES:
+        return []
+    # crossing point -> the rules through it
+    points: dict[tuple[float, float], tuple[set[int], set[int]]] = {}
+    for vi, (x, y0, y1) in enumerate(vs):
+        for hi, (y, x0, x1) in enumerate(hs):
+            if x0 - _JOIN <= x <= x1 + _JOIN and y0 - _JOIN <= y <= y1 + _JOIN:
+                hset, vset = points.setdefault((x, y), (set(), set()))
+                hset.add(hi)
+                vset.add(vi)
+    deadline.check("pdf table crossings")
+    cells = _cells(points)
+    return _group_cells(cells)
+
+
+def _cells(points: dict[tuple[float, float], tuple[set[int], set[int]]]) -> list[tuple[float, ...]]:
+    """For each crossing, the smallest rectangle below and right of it with all four sides drawn."""
+    by_x: dict[float, list[float]] = {}
+    by_y: dict[float, list[float]] = {}
+    for x, y in points:
+        by_x.setdefault(x, []).append(y)
+        by_y.setdefault(y, []).append(x)
+    for values in (*by_x.values(), *by_y.values()):
+        values.sort()
+    cells = []
+    for (x, y), (h_here, v_here) in points.items():
+        below = [yy for yy in by_x[x] if yy > y and points[(x, yy)][1] & v_here]
+        right = [xx for xx in by_y[y] if xx > x and points[(xx, y)][0] & h_here]
+        found = None
+        for yy in below:
+            for xx in right:
+                corner = points.get((xx, yy))
+                if corner and corner[1] & points[(xx, y)][1] and corner[0] & points[(x, yy)][0]:
+                    found = (x, y, xx, yy)
+                    break
+            if found:
+                break
+        if found:
+            cells.append(found)
+    return cells
+
+
+def _group_cells(cells: list[tuple[float, ...]]) -> list[list[tuple[float, ...]]]:
+    groups: list[list[tuple[float, ...]]] = []
+    corners_of: list[set[tuple[float, float]]] = []
+    for cell in cells:
+        corners = {(cell[0], cell[1]), (cell[2], cell[1]), (cell[0], cell[3]), (cell[2], cell[3])}
+        hits = [i for i, cs in enumerate(corners_of) if cs & corners]
+        merged = [cell]
+        for i in sorted(hits, reverse=True):
+            merged.extend(groups.pop(i))
+            corners |= corners_of.pop(i)
+        groups.append(merged)
+        corners_of.append(corners)
+    return groups
+
+
+# --------------------------------------------------------------------------- cell text
+
+
+def _grid(values: Sequence[float]) -> list[float]:
+    out: list[float] = []
+    for v in sorted(values):
+        if not out or v - out[-1] > _SNAP:
+            out.append(v)
+    return out
+
+
+def _slot(grid: list[float], v: float) -> int:
+    return max(0, bisect.bisect_right(grid, v + _SNAP) - 1)
+
+
+def _fill_ruled(cells: list[tuple[float, ...]], chars: PageChars) -> Table | None:
+    xs = _grid([c[0] for c in cells] + [c[2] for c in cells])
+    ys = _grid([c[1] for c in cells] + [c[3] for c in cells])
+    if len(xs) < 3 or len(ys) < 3:  # fewer than two columns or two rows: a box, not a table
+        return None
+    if xs[-1] - xs[0] < _MIN_TABLE_SIDE or ys[-1] - ys[0] < _MIN_TABLE_SIDE / 2:  # a figure's boxes
+        return None
+    bbox = (xs[0], ys[0], xs[-1], ys[-1])
+    slots = {(_slot(ys, c[1]), _slot(xs, c[0])): c for c in cells}
+    texts: dict[tuple[int, int], list[int]] = {}
+    members: set[int] = set()
+    for i, (x0, top, x1, bottom) in enumerate(chars.boxes):
+        cx, cy = (x0 + x1) / 2, (top + bottom) / 2
+        if not chars.has_box(i) or not (bbox[0] <= cx <= bbox[2] and bbox[1] <= cy <= bbox[3]):
+            continue
+        members.add(i)
+        for key, (c0, t0, c1, b0) in slots.items():
+            if c0 <= cx <= c1 and t0 <= cy <= b0:
+                texts.setdefault(key, []).append(i)
+                break
+    if len(texts) < 2:
+        return None
+    texts = _split_unruled_rows(texts, chars)
+    n_rows = 1 + max(r for r, _ in texts)
+    n_cols = len(xs) - 1
+    rows = [[_cell_text(chars, texts.get((r, c), [])) for c in range(n_cols)] for r in range(n_rows)]
+    return _table(bbox, rows, chars, texts, members, ruled=True)
+
+
+def _visual_lines(chars: PageChars, indices: list[int]) -> list[list[int]]:
+    """The cell's characters cut into lines where a character starts below the previous one's box."""
+    out: list[list[int]] = []
+    for i in indices:
+        top, bottom = chars.boxes[i][1], chars.boxes[i][3]
+        if out and top < chars.boxes[out[-1][-1]][3] and bottom > chars.boxes[out[-1][-1]][1]:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _split_unruled_rows(texts: dict[tuple[int, int], list[int]], chars: PageChars) -> dict[tuple[int, int], list[int]]:
+    """A grid row whose cells all have the same k >= 2 lines at the same heights is k rows
+    drawn without rules between them (a table ruled by columns only); a cell that wraps while its
+    neighbours do not stays one multi-line cell."""
+    by_row: dict[int, dict[int, list[list[int]]]] = {}
+    for (r, c), idx in texts.items():
+        by_row.setdefault(r, {})[c] = _visual_lines(chars, idx)
+    out: dict[tuple[int, int], list[int]] = {}
+    shift = 0
+    for r in sorted(by_row):
+        cells = by_row[r]
+        counts = {len(v) for v in cells.values()}
+        k = counts.pop() if len(counts) == 1 else 1
+        if k >= 2 and len(cells) >= 2 and _same_heights(cells, chars):
+            for c, lines in cells.items():
+                for j, line in enumerate(lines):
+                    out[(r + shift + j, c)] = line
+            shift += k - 1
+        else:
+            for c, lines in cells.items():
+                out[(r + shift, c)] = [i for line in lines for i in line]
+    return out
+
+
+def _same_heights(cells: dict[int, list[list[int]]], chars: PageChars) -> bool:
+    tops = [[chars.boxes[line[0]][3] for line in lines] for lines in cells.values()]
+    return all(abs(a - b) <= _SNAP for column in zip(*tops, strict=True) for a in column for b in column)
+
+
+def _cell_text(chars: PageChars, indices: list[int]) -> str:
+    """The characters in reading order; a jump (another cell's text between) is a space,
+    except between two CJK characters, which a line wrap does not separate."""
+    out: list[str] = []
+    prev = -2
+    for i in indices:
+        ch = chars.text[i]
+        if i != prev + 1 and out and not out[-1].isspace() and not (_cjk(out[-1]) and _cjk(ch)):
+            out.append(" ")
+        out.append(ch)
+        prev = i
+    return " ".join("".join(out).split())
+
+
+def _cjk(ch: str) -> bool:
+    return "\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" or "\uff00" <= ch <= "\uffef"
+
+
+def _table(
+    bbox: tuple[float, ...],
+    rows: list[list[str]],
+    chars: PageChars,
+    texts: dict[tuple[int, int], list[int]],
+    members: set[int],
+    ruled: bool,
+) -> Table | None:
+    rows = [r for r in rows if any(r)]
+    if len(rows) < 2 and not ruled:
+        return None
+    if not rows:
+        return None
+    header = None
+    if len(rows) >= 2 and (_row_is_bold(0, chars, texts) or _looks_like_header(rows[0], rows[1])):
+        header, rows = rows[0], rows[1:]
+    first = min(members)
+    return Table(tuple(round(v, 2) for v in bbox), rows, header, first, members, ruled)  # type: ignore[arg-type]
+
+
+def _row_is_bold(row: int, chars: PageChars, texts: dict[tuple[int, int], list[int]]) -> bool:
+    """The first row is set in bold and the rest are not: a header row (HTML ``th``, Word's style)."""
+    head = [chars.weights[i] for (r, _), idx in texts.items() if r == row for i in idx]
+    body = [chars.weights[i] for (r, _), idx in texts.items() if r != row for i in idx]
+    if not head or not body:
+        return False
+    return sum(w >= 600 for w in head) > 0.8 * len(head) and sum(w >= 600 for w in body) < 0.2 * len(body)
+
+
+# --------------------------------------------------------------------------- unruled
+
+
+def _pieces(line: Line, chars: PageChars) -> list[tuple[float, float, list[int]]]:
+    """The line cut at gaps wider than :data:`_MIN_GAP` line heights: ``(x0, x1, char indices)``."""
+    out: list[tuple[float, float, list[int]]] = []
+    gap = _MIN_GAP * line.height
+    i = line.first
+    while i < len(chars.text) and chars.text[i] not in "\r\n":
+        if chars.has_box(i) and not chars.text[i].isspace():
+            x0, _, x1, _ = chars.boxes[i]
+            if out and x0 - out[-1][1] <= gap and x0 >= out[-1][0] - 1:
+                out[-1] = (out[-1][0], max(out[-1][1], x1), [*out[-1][2], i])
+            else:
+                out.append((x0, x1, [i]))
+        i += 1
+    return out
+
+
+def _unruled(lines: list[Line], chars: PageChars, deadline: Deadline) -> list[Table]:
+    tables: list[Table] = []
+    run: list[tuple[Line, list[tuple[float, float, list[int]]]]] = []
+    for line in [*lines, None]:
+        pieces = _pieces(line, chars) if line is not None else []
+        adjacent = bool(run) and line is not None and line.top - run[-1][0].bottom <= 2.0 * line.height
+        if len(pieces) >= 2 and (adjacent or not run):
+            run.append((line, pieces))  # type: ignore[arg-type]
+            continue
+        if len(run) >= 3:
+            table = _aligned_table(run, chars)
+            if table is not None:
+                tables.append(table)
+        run = [(line, pieces)] if line is not None and len(pieces) >= 2 else []
+        deadline.check("pdf unruled tables")
+    return tables
+
+
+def _aligned_table(run: list[tuple[Line, list[tuple[float, float, list[int]]]]], chars: PageChars) -> Table | None:
+    """Columns are the x ranges that the rows' pieces cover together; gaps run down all rows."""
+    spans = sorted((p[0], p[1]) for _, pieces in run for p in pieces)
+    columns: list[list[float]] = []
+    for x0, x1 in spans:
+        if columns and x0 <= columns[-1][1]:
+            columns[-1][1] = max(columns[-1][1], x1)
+        else:
+            columns.append([x0, x1])
+    if len(columns) < 2:
+        return None
+    texts: dict[tuple[int, int], list[int]] = {}
+    for r, (_, pieces) in enumerate(run):
+        for x0, _x1, idx in pieces:
+            c = next(k for k, col in enumerate(columns) if col[0] <= x0 <= col[1])
+            texts.setdefault((r, c), []).extend(idx)
+    rows = [[_cell_text(chars, texts.get((r, c), [])) for c in range(len(columns))] for r in range(len(run))]
+    filled = [cell for row in rows for cell in row if cell]
+    # every row must fill most columns, cells must be short, and two columns need a number
+    # column: otherwise this is a two-column page or a list with tab leaders
+    if any(sum(1 for c in row if c) < max(2, (len(columns) + 1) // 2) for row in rows):
+        return None
+    if sum(all(row) for row in rows) * 2 < len(rows):  # two text columns fill alternate halves
+        return None
+    if sum(len(c) for c in filled) > _MAX_CELL_CHARS * len(filled):
+        return None
+    if len(columns) == 2 and not any(all(_numeric(row[c]) for row in rows[1:] if row[c]) for c in range(2)):
+        return None
+    members = {i for idx in texts.values() for i in idx}
+    lines = [ln for ln, _ in run]
+    bbox = (min(ln.x0 for ln in lines), lines[0].top, max(ln.x1 for ln in lines), max(ln.bottom for ln in lines))
+    return _table(bbox, rows, chars, texts, members, ruled=False)
+
+
+def _numeric(text: str) -> bool:
+    stripped = text.replace(",", "").replace("%", "").replace("$", "").replace("€", "").strip("()+- ")
+    try:
+        float(stripped)
+    except ValueError:
+        return False
+    return True
