@@ -52,7 +52,7 @@ class _State:
     __slots__ = ("dest", "flow", "font", "hidden", "ignorable", "intbl", "outer", "outline", "style", "uc")
 
     def __init__(self, flow: Flow) -> None:
-        self.dest = "body"  # body | marker | skip | fonttbl | stylesheet | style | info | upr | meta:<key>
+        self.dest = "body"  # body | marker | skip | fonttbl | stylesheet | style | info | upr | objdata | meta:<key>
         self.flow = flow
         self.font = -1
         self.hidden = False
@@ -74,7 +74,7 @@ class _State:
 class RtfReader:
     """Reads one RTF document into flows (body first), metadata and style heading levels."""
 
-    def __init__(self, data: bytes, deadline: Deadline, max_depth: int, max_chars: int) -> None:
+    def __init__(self, data: bytes, deadline: Deadline, max_depth: int, max_chars: int, max_object_bytes: int) -> None:
         body = data.lstrip(b"\xef\xbb\xbf \t\r\n")
         if not body.startswith(b"{\\"):
             raise ParseError(ParseErrorCode.CORRUPT, "RTF: the file does not start with a {\\ group")
@@ -103,6 +103,9 @@ class RtfReader:
         self._bytes = bytearray()
         self._bytes_state: _State | None = None
         self._high_surrogate = 0
+        # embedded objects' \objdata as hex text, None once they exceed what may be embedded
+        self.objects: list[list[str] | None] = []
+        self._object_hex_left = 2 * max_object_bytes
 
     # ------------------------------------------------------------------ driver
 
@@ -187,7 +190,10 @@ class RtfReader:
         parent = self._stack[-1].dest if self._stack else "body"
         if st.dest == "skip":
             return True
-        if word == "ud" and parent == "upr":
+        if word == "objdata":
+            st.dest = "objdata"
+            self.objects.append([])
+        elif word == "ud" and parent == "upr":
             st.dest = self._stack[-1].outer
         elif word in SKIP_DESTS:
             st.dest = "skip"
@@ -397,6 +403,9 @@ class RtfReader:
             target = self._style_entry[2]
         elif dest.startswith("meta:"):
             target = self.meta[dest[5:]]
+        elif dest == "objdata":
+            self._object_hex(text)
+            return
         else:
             return
         self._chars += len(text)
@@ -405,6 +414,16 @@ class RtfReader:
                 ParseErrorCode.TOO_LARGE, f"RTF text exceeds {self._max_chars} characters (limit max_chars)"
             )
         target.append(text)
+
+    def _object_hex(self, text: str) -> None:
+        parts = self.objects[-1]
+        if parts is None:
+            return
+        self._object_hex_left -= len(text)
+        if self._object_hex_left < 0:
+            self.objects[-1] = None  # over the embedded-file allowance: left out, and said so
+            return
+        parts.append(text)
 
     # ------------------------------------------------------------------ paragraphs and tables
 

@@ -4,7 +4,9 @@ Blocks: paragraphs, headings (a paragraph's ``\\outlinelevelN``, or its style na
 "heading N" / carrying an outline level in the style sheet), list items (paragraphs with a
 ``\\listtext`` / ``\\pntext`` marker), tables (``\\trowd ... \\cell ... \\row``, first row as
 header when the table has more than one), then headers, footers and footnotes, each once, with
-``metadata["part"]`` naming where they came from. ``\\info`` gives the title and author.
+``metadata["part"]`` naming where they came from, then the files of embedded objects
+(``\\objdata``: Object Packager files, Word/Excel/PowerPoint/PDF objects; ``_rtf_objects``)
+parsed through ``_embedded``. ``\\info`` gives the title and author.
 
 Caps: the group depth (``Limits.xml_max_depth``), the output text (``Limits.max_chars``) and
 the time budget, checked every few thousand tokens.
@@ -16,10 +18,12 @@ from typing import Any
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
+from plugins.parsers._embedded import embedded_images_wanted, parse_embedded
+from plugins.parsers._rtf_objects import object_files
 from plugins.parsers._rtf_reader import RtfReader
 from plugins.parsers._rtf_syntax import Flow, Para, Table
 from plugins.parsers.registry import ParseContext, register_parser
-from plugins.parsers.sniff import RTF
+from plugins.parsers.sniff import IMAGE_TYPES, RTF, sniff_binary
 
 __all__ = ["parse_rtf"]
 
@@ -29,7 +33,7 @@ def parse_rtf(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
-    reader = RtfReader(data, deadline, limits.xml_max_depth, limits.max_chars)
+    reader = RtfReader(data, deadline, limits.xml_max_depth, limits.max_chars, limits.embed_max_total)
     reader.read()
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     _add_flow(builder, reader.body, deadline, {})
@@ -40,12 +44,25 @@ def parse_rtf(data: bytes, ctx: ParseContext) -> ParsedDocument:
             continue
         seen.add(text)
         _add_flow(builder, flow, deadline, {"part": flow.kind})
-    if not builder.blocks:
-        raise ParseError(ParseErrorCode.EMPTY, "no text content")
-    meta = {key: clean_text("".join(parts)) for key, parts in reader.meta.items()}
+    meta: dict[str, Any] = {key: clean_text("".join(parts)) for key, parts in reader.meta.items()}
     meta = {key: value for key, value in meta.items() if value}
+    if reader.objects:
+        _add_objects(builder, reader, ctx, meta)
+    if not builder.blocks:
+        raise ParseError(ParseErrorCode.EMPTY, "no text content", meta)
     title = meta.pop("title", None)
     return ParsedDocument(blocks=builder.blocks, title=title, media_type=RTF, metadata=meta)
+
+
+def _add_objects(builder: BlockBuilder, reader: RtfReader, ctx: ParseContext, meta: dict[str, Any]) -> None:
+    """Embedded objects' files, parsed like any embedded file, after the document's own blocks."""
+    files, skipped = object_files(reader.objects)
+    if not embedded_images_wanted(ctx.options):  # pictures pasted as packaged files are images too
+        files = [f for f in files if (sniff_binary(f.data, f.name) or "") not in IMAGE_TYPES]
+    result = parse_embedded(files, ctx.options)
+    builder.blocks.extend(result.blocks)
+    result.skipped.extend(skipped)
+    result.record(meta)
 
 
 def _add_flow(builder: BlockBuilder, flow: Flow, deadline: Deadline, extra: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -250,8 +251,8 @@ def test_real_rtf_files_give_what_libreoffice_gives(libreoffice_texts: dict[str,
     recalls: dict[str, float] = {}
     for path in sorted(REALDOCS.glob("*.rtf")):
         data = path.read_bytes()
-        try:
-            ours = parse_bytes(data, path.name).text
+        try:  # embedded objects aside: LibreOffice's text has none of them
+            ours = parse_bytes(data, path.name, embed_max_files=0).text
         except ParseError as exc:
             assert exc.code == ParseErrorCode.EMPTY, (path.name, exc)
             ours = ""
@@ -280,6 +281,71 @@ def test_real_rtf_structure():
     table = parse_bytes((REALDOCS / "0745_table_error_codes.rtf").read_bytes(), "x.rtf")
     (block,) = [b for b in table.blocks if b.kind == BlockKind.TABLE]
     assert block.header == ["Code", "Error"] and block.rows[0] == ["3", "PandocFailOnWarningError"]
+
+
+# --------------------------------------------------------------------------- embedded objects
+
+
+def _ole1_object(class_name: bytes, native: bytes, format_id: int = 2) -> str:
+    """An OLE 1.0 EmbeddedObject ([MS-OLEDS] 2.2.4) as RTF's \\objdata hex, in 64-character lines."""
+
+    def counted(value: bytes) -> bytes:
+        return struct.pack("<I", len(value)) + value
+
+    data = struct.pack("<II", 0x0501, format_id) + counted(class_name + b"\0") + counted(b"") + counted(b"")
+    data += counted(native)
+    hexed = data.hex()
+    return "\n".join(hexed[i : i + 64] for i in range(0, len(hexed), 64))
+
+
+def _packaged(label: str, content: bytes) -> bytes:
+    """Object Packager native data: signature, label, source path, reserved, temp path, the file."""
+    name = label.encode("cp1252") + b"\0"
+    temp = b"C:\\Temp\\" + name
+    return (
+        b"\x02\x00"
+        + name
+        + b"C:\\src\\"
+        + name
+        + b"\x00\x00\x03\x00"
+        + struct.pack("<I", len(temp))
+        + temp
+        + (struct.pack("<I", len(content)) + content)
+    )
+
+
+def test_embedded_packaged_files_are_parsed_linked_and_broken_ones_are_not():
+    csv_object = _ole1_object(b"Package", _packaged("stock.csv", b"item,qty\nbolts,12\nnuts,30\n"))
+    png_object = _ole1_object(b"Package", _packaged("logo.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 40))
+    linked = _ole1_object(b"Word.Document.8", b"C:\\elsewhere.doc", format_id=1)
+    broken = _ole1_object(b"Package", _packaged("cut.txt", b"x" * 100))[:80]
+    body = "".join(
+        r"{\object\objemb{\*\objclass Package}{\*\objdata " + hexed + r"}{\result {\pict\wmetafile8 00}}}"
+        for hexed in (csv_object, png_object, linked, broken)
+    )
+    doc = parse_bytes(rtf(r"Before the objects.\par " + body + r"\par"), "with-objects.rtf")
+    assert doc.blocks[0].text == "Before the objects."
+    assert [item["name"] for item in doc.metadata["embedded"]] == ["stock.csv"]
+    tables = [b for b in doc.blocks if b.kind == BlockKind.TABLE]
+    assert tables and all(b.metadata["embedded_from"] == ["stock.csv"] for b in tables)
+    assert "bolts" in doc.text and "nuts" in doc.text
+    assert doc.metadata["embedded_skipped"] == [{"name": "object 4", "reason": "object data truncated or not OLE 1.0"}]
+    assert "png" not in str(doc.metadata.get("embedded_failed", ""))  # images only with embedded_images: ocr
+    capped = parse_rtf(rtf("x\\par " + body), ParseContext(options={"embed_max_total": 20}))
+    assert {s["reason"] for s in capped.metadata["embedded_skipped"]} >= {"embedded objects exceed embed_max_total"}
+
+
+@pytest.mark.skipif(not REALDOCS.is_dir(), reason="../shared/realdocs/rtf not present")
+def test_real_embedded_office_objects():
+    data = (REALDOCS / "0744_testRTFEmbeddedFiles.rtf").read_bytes()
+    # its first objects: a Word 97 document (LibreOffice), an Excel 2007 workbook in an OLE wrapper
+    doc = parse_bytes(data, "objects.rtf", embed_max_files=2 if SOFFICE else 1)
+    parsed = {item["name"]: item["parser"] for item in doc.metadata["embedded"]}
+    if SOFFICE:
+        assert parsed == {"Word.Document.8": "legacy-office", "Excel.Sheet.12": "xlsx"}
+    else:
+        assert doc.metadata["embedded_failed"][0]["code"] == "unsupported"
+    assert doc.metadata["embedded_skipped"]  # the other twelve, over embed_max_files
 
 
 # --------------------------------------------------------------------------- fuzz
