@@ -49,7 +49,7 @@ _DEADLINE_EVERY = 4096
 class _State:
     """Group state (spec: properties are saved at ``{`` and restored at ``}``)."""
 
-    __slots__ = ("dest", "flow", "font", "hidden", "ignorable", "intbl", "outer", "outline", "style", "uc")
+    __slots__ = ("dest", "flow", "font", "hidden", "ignorable", "in_list", "intbl", "outer", "outline", "style", "uc")
 
     def __init__(self, flow: Flow) -> None:
         self.dest = "body"  # body | marker | skip | fonttbl | stylesheet | style | info | upr | objdata | meta:<key>
@@ -58,6 +58,7 @@ class _State:
         self.hidden = False
         self.ignorable = False
         self.intbl = False
+        self.in_list = False  # \\lsN: the paragraph is an item of list N (its marker may be implicit)
         self.outer = "body"
         self.outline: int | None = None
         self.style = 0
@@ -267,13 +268,15 @@ class RtfReader:
         elif word == "uc":
             st.uc = max(0, value)
         elif word == "pard":
-            st.style, st.outline, st.intbl = 0, None, False
+            st.style, st.outline, st.intbl, st.in_list = 0, None, False, False
         elif word == "plain":
             st.font, st.hidden = self._deff, False
         elif word in ("intbl", "itap"):
             st.intbl = value > 0
         elif word == "s":
             st.style = value
+        elif word == "ls":
+            st.in_list = value > 0
         elif word == "outlinelevel":
             st.outline = value
         elif word == "v":
@@ -451,4 +454,4 @@ class RtfReader:
         if not text.strip():
             return
         level = st.outline + 1 if st.outline is not None and st.outline < 9 else self._styles.get(st.style)
-        flow.items.append(Para(text, level, marker))
+        flow.items.append(Para(text, level, marker, st.in_list or marker is not None))

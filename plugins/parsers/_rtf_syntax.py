@@ -105,6 +105,7 @@ class Para:
     text: str
     heading_level: int | None = None
     list_marker: str | None = None
+    list_item: bool = False
 
 
 @dataclass(slots=True)

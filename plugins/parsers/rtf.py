@@ -2,7 +2,7 @@
 
 Blocks: paragraphs, headings (a paragraph's ``\\outlinelevelN``, or its style named
 "heading N" / carrying an outline level in the style sheet), list items (paragraphs with a
-``\\listtext`` / ``\\pntext`` marker), tables (``\\trowd ... \\cell ... \\row``, first row as
+``\\listtext`` / ``\\pntext`` marker, or in a ``\\lsN`` list), tables (``\\trowd ... \\cell ... \\row``, first row as
 header when the table has more than one), then headers, footers and footnotes, each once, with
 ``metadata["part"]`` naming where they came from, then the files of embedded objects
 (``\\objdata``: Object Packager files, Word/Excel/PowerPoint/PDF objects; ``_rtf_objects``)
@@ -76,6 +76,8 @@ def _add_flow(builder: BlockBuilder, flow: Flow, deadline: Deadline, extra: dict
         elif item.list_marker is not None:
             text = clean_text(f"{item.list_marker} {item.text}")
             builder.add(BlockKind.LIST, text, marker=item.list_marker, **extra)
+        elif item.list_item:  # a list paragraph whose marker only the list table knows
+            builder.add(BlockKind.LIST, clean_text(item.text), **extra)
         else:
             builder.paragraph(item.text, **extra)
 

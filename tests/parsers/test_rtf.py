@@ -143,7 +143,7 @@ def test_headings_from_outline_level_and_style_names_and_lists():
     data = rtf(
         r"{\stylesheet{\s0 Normal;}{\s1\outlinelevel0 Heading 1;}{\s2 heading 2;}{\*\cs10 Emphasis;}}"
         r"\pard\s1 Top\par\pard\s2 Second\par\pard\outlinelevel2 Third\par\pard Body\par"
-        r"{\listtext\'95\tab}first\par{\pntext 2.\tab}second\par"
+        r"{\listtext\'95\tab}first\par{\pntext 2.\tab}second\par\pard\ls1 marker from the list table\par"
     )
     blocks = parse_rtf(data, ParseContext()).blocks
     assert [(b.kind, b.text, b.level) for b in blocks[:3]] == [
@@ -152,7 +152,11 @@ def test_headings_from_outline_level_and_style_names_and_lists():
         (BlockKind.HEADING, "Third", 3),
     ]
     assert blocks[3].heading_path == ["Top", "Second", "Third"]
-    assert [(b.kind, b.text) for b in blocks[4:]] == [(BlockKind.LIST, "• first"), (BlockKind.LIST, "2. second")]
+    assert [(b.kind, b.text) for b in blocks[4:]] == [
+        (BlockKind.LIST, "• first"),
+        (BlockKind.LIST, "2. second"),
+        (BlockKind.LIST, "marker from the list table"),
+    ]
 
 
 def test_tables_rows_and_cells_and_nested_tables_flattened():
