@@ -220,21 +220,24 @@ def _fill_ruled(cells: list[tuple[float, ...]], chars: PageChars) -> Table | Non
     if xs[-1] - xs[0] < _MIN_TABLE_SIDE or ys[-1] - ys[0] < _MIN_TABLE_SIDE / 2:  # a figure's boxes
         return None
     bbox = (xs[0], ys[0], xs[-1], ys[-1])
-    slots = {(_slot(ys, c[1]), _slot(xs, c[0])): c for c in cells}
+    # smallest first: a character belongs to the innermost cell around it (an outer frame is a cell too)
+    ordered = sorted(cells, key=lambda c: (c[2] - c[0]) * (c[3] - c[1]))
+    slots = {(_slot(ys, c[1]), _slot(xs, c[0])): c for c in reversed(ordered)}
+    slots = dict(sorted(slots.items(), key=lambda kv: (kv[1][2] - kv[1][0]) * (kv[1][3] - kv[1][1])))
     texts: dict[tuple[int, int], list[int]] = {}
     members: set[int] = set()
     for i, (x0, top, x1, bottom) in enumerate(chars.boxes):
         cx, cy = (x0 + x1) / 2, (top + bottom) / 2
         if not chars.has_box(i) or not (bbox[0] <= cx <= bbox[2] and bbox[1] <= cy <= bbox[3]):
             continue
-        members.add(i)
         for key, (c0, t0, c1, b0) in slots.items():
             if c0 <= cx <= c1 and t0 <= cy <= b0:
                 texts.setdefault(key, []).append(i)
+                members.add(i)  # a character in no cell (a grid with gaps) stays in the text flow
                 break
     if len(texts) < 2:
         return None
-    texts = _split_unruled_rows(texts, chars)
+    texts = _split_unruled_rows(texts, chars, slots)
     n_rows = 1 + max(r for r, _ in texts)
     n_cols = len(xs) - 1
     rows = [[_cell_text(chars, texts.get((r, c), [])) for c in range(n_cols)] for r in range(n_rows)]
@@ -253,7 +256,9 @@ def _visual_lines(chars: PageChars, indices: list[int]) -> list[list[int]]:
     return out
 
 
-def _split_unruled_rows(texts: dict[tuple[int, int], list[int]], chars: PageChars) -> dict[tuple[int, int], list[int]]:
+def _split_unruled_rows(
+    texts: dict[tuple[int, int], list[int]], chars: PageChars, slots: dict[tuple[int, int], tuple[float, ...]]
+) -> dict[tuple[int, int], list[int]]:
     """A grid row whose cells all have the same k >= 2 lines at the same heights is k rows
     drawn without rules between them (a table ruled by columns only); a cell that wraps while its
     neighbours do not stays one multi-line cell."""
@@ -266,7 +271,9 @@ def _split_unruled_rows(texts: dict[tuple[int, int], list[int]], chars: PageChar
         cells = by_row[r]
         counts = {len(v) for v in cells.values()}
         k = counts.pop() if len(counts) == 1 else 1
-        if k >= 2 and len(cells) >= 2 and _same_heights(cells, chars):
+        # most cells filling their width before a break: wrapped text, not rows without rules
+        wrapped = sum(_wraps(lines, chars, slots[(r, c)]) for c, lines in cells.items()) * 2 > len(cells)
+        if k >= 2 and len(cells) >= 2 and not wrapped and _same_heights(cells, chars):
             for c, lines in cells.items():
                 for j, line in enumerate(lines):
                     out[(r + shift + j, c)] = line
@@ -275,6 +282,15 @@ def _split_unruled_rows(texts: dict[tuple[int, int], list[int]], chars: PageChar
             for c, lines in cells.items():
                 out[(r + shift, c)] = [i for line in lines for i in line]
     return out
+
+
+def _wraps(lines: list[list[int]], chars: PageChars, cell: tuple[float, ...]) -> bool:
+    """A line before the last reaching across most of the cell: text wrapped there, one cell."""
+    width = cell[2] - cell[0]
+    return any(
+        max(chars.boxes[i][2] for i in line) - min(chars.boxes[i][0] for i in line) > 0.88 * width
+        for line in lines[:-1]
+    )
 
 
 def _same_heights(cells: dict[int, list[list[int]]], chars: PageChars) -> bool:
