@@ -26,6 +26,8 @@ fewer word characters, or covers under :data:`COVERAGE_GOAL` of markitdown's wor
 coverage = sum over lower-cased ``\\w+`` tokens t of min(ours[t], md[t]) / sum md[t] (a bag
 recall: how much of what markitdown found we found too). Before counting, markitdown's Markdown
 escapes are undone and link/image targets dropped (an ``href`` is not document text).
+markitdown hands an RTF file back as its markup (``{\\rtf1...``): that counts as no text.
+It hands JSON back as written: its string escapes are decoded before counting.
 Encrypted files are reported aside (neither tool can read them without a password).
 """
 
@@ -69,7 +71,15 @@ BUG_EXCEPTIONS = (
 )
 _BUG_RE = re.compile(r"\b(" + "|".join(BUG_EXCEPTIONS) + r")\b")
 _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
-_MD_TARGET = re.compile(r"\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
+# a link's target and optional title, escaped quotes inside the title included
+_MD_TARGET = re.compile(r'\]\([^)\s]*(?:\s+"(?:[^"\\]|\\.)*")?\)')
+# raw HTML markitdown passes through: script/style bodies (never shown) and the tags themselves
+_RAW_SCRIPT = re.compile(r"<(script|style)\b.*?</\1\s*>", re.S | re.I)
+_RAW_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>\n]*)?/?>")
+_JSON_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[nrtbf\"/\\])")
+_MARKUP_FORMATS = frozenset({"md", "html"})  # where a tag in markitdown's output is markup, not text
+# a fenced code block's info string (```bash): ours keeps it as the block's language, not text
+_FENCE_INFO = re.compile(r"^(\s*(?:```|~~~))[^\n`]*$", re.M)
 _MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _HTML_COMMENT = re.compile(r"<!--.*?-->", re.S)
 # emphasis markers not preceded by a backslash (markitdown writes F**oob**a**r** for bold runs)
@@ -217,17 +227,26 @@ def markitdown_many(paths: Iterable[str]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- scoring
 
 
+def _unescape_json(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return chr(int(code[1:], 16)) if code[0] == "u" else (" " if code in "nrtbf" else code)
+
+
 def peer_text(text: str, fmt: str = "") -> str:
     """markitdown's Markdown as text: what it adds that is not in the document taken out.
 
     Its HTML comments (``<!-- Slide number: 3 -->``), images (alt text is a shape's name such
-    as "Picture 3"), link targets, emphasis markers and pandas' ``NaN``/``Unnamed: 2`` table
-    fillers; for a spreadsheet, its ``## Sheet1`` headings (a sheet's name is not its content);
+    as "Picture 3"), link targets, emphasis markers, pandas' ``NaN``/``Unnamed: 2`` table
+    fillers; for JSON, string escapes (``\\u062f``, ``\\n``); for Markdown and HTML, raw tags, script/style bodies and fenced code's info string; for a spreadsheet, its ``## Sheet1`` headings (a sheet's name is not its content);
     then its Markdown escapes are undone.
     """
     if fmt in _SPREADSHEETS:
         text = _MD_HEADING.sub("", text)
     text = _MD_IMAGE.sub(" ", _HTML_COMMENT.sub(" ", text))
+    if fmt == "json":  # markitdown hands JSON back as written: its string escapes are not text
+        text = _JSON_ESCAPE.sub(_unescape_json, text)
+    if fmt in _MARKUP_FORMATS:
+        text = _FENCE_INFO.sub(r"\1", _RAW_TAG.sub(" ", _RAW_SCRIPT.sub(" ", text)))
     text = _MD_EMPHASIS.sub("", _PANDAS_FILLER.sub("", _MD_TARGET.sub("]", text)))
     return _MD_ESCAPE.sub(r"\1", text)
 
@@ -252,6 +271,8 @@ def coverage(ours: str, peer: str) -> float | None:
 def compare(entry: dict[str, Any], ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any] | None:
     """The file's problem record, or None when ours is fine next to markitdown."""
     md = peer_text(peer["text"], entry["format"]) if peer["status"] == "ok" else ""
+    if "{\\rtf" in md[:1000]:  # markitdown hands RTF back as its markup: not text
+        md = ""
     cov = coverage(ours["text"], md)
     less = bool(word_chars(md)) and (
         word_chars(ours["text"]) < word_chars(md) or (cov is not None and cov < COVERAGE_GOAL)
@@ -304,11 +325,14 @@ def _format_row(fmt: str, pairs: list[Triple], problems: list[Result]) -> Result
         ),
         "md ok/error/timeout": f"{peer['ok']}/{peer['typed'] + peer['crash']}/{peer['timeout']}",
         "ours chars": sum(nonws(o["text"]) for _, o, _ in pairs),
-        "md chars": sum(nonws(peer_text(p["text"], fmt)) for _, _, p in pairs),
+        "md chars": sum(nonws(peer_text(p["text"], fmt)) for _, _, p in pairs if "{\\rtf" not in p["text"][:1000]),
         "files less than md": len(less),
         "ours s": round(sum(o["seconds"] for _, o, _ in pairs), 1),
         "md s": round(sum(p["seconds"] for _, _, p in pairs), 1),
     }
+
+
+OURS_CACHE = HERE / ".cache" / "parsers" / "realdocs-ours.json"
 
 
 def run(quick: bool = False, root: Path = REALDOCS) -> dict[str, Any]:
@@ -321,8 +345,15 @@ def run(quick: bool = False, root: Path = REALDOCS) -> dict[str, Any]:
     missing = load_present_parsers()  # before the pool forks, so its workers inherit the registry
     started = time.perf_counter()
     ours = parse_many([str(root / e["file"]) for e in entries], workers=min(2, os.cpu_count() or 1))
-    ours_wall = time.perf_counter() - started
-    peer = _peer_cached(entries, root)
+    run_info = {"wall_s": time.perf_counter() - started, "missing": missing}
+    # kept so that a change of the scoring rules can be re-applied without parsing again (--rescore)
+    OURS_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    OURS_CACHE.write_text(json.dumps({"run": run_info, "ours": ours, "quick": quick}), encoding="utf-8")
+    return score(entries, ours, _peer_cached(entries, root), run_info)
+
+
+def score(entries: list[Result], ours: list[Result], peer: list[Result], run_info: Result) -> Result:
+    """The per-format rows, the summary and the per-file problems of one run."""
     problems = [p for e, o, m in zip(entries, ours, peer, strict=True) if (p := compare(e, o, m))]
     by_format: dict[str, list[Triple]] = {}
     for triple in zip(entries, ours, peer, strict=True):
@@ -330,8 +361,9 @@ def run(quick: bool = False, root: Path = REALDOCS) -> dict[str, Any]:
     rows = [_format_row(fmt, by_format[fmt], problems) for fmt in sorted(by_format)]
     bad = sum(1 for o in ours if o["status"] in ("untyped", "timeout", "crash"))
     less = sum(r["files less than md"] for r in rows)
+    missing = run_info["missing"]
     summary = (
-        f"{len(entries)} real files ({root.name}), ours in {ours_wall:.0f}s wall (2 processes, forked parses, "
+        f"{len(entries)} real files, ours in {run_info['wall_s']:.0f}s wall (2 processes, forked parses, "
         f"{TIME_BUDGET_S:g}s budget): {bad} untyped errors/timeouts/crashes (goal 0); {less} files where "
         f"markitdown extracted text and ours has fewer word characters or < {COVERAGE_GOAL:g} of its word tokens "
         "(goal 0; encrypted files aside)."
@@ -344,6 +376,16 @@ def run(quick: bool = False, root: Path = REALDOCS) -> dict[str, Any]:
         "summary": summary,
         "problems": problems,
     }
+
+
+def rescore(root: Path = REALDOCS) -> Result:
+    """Score the last run's saved outcomes again (after a change of the scoring rules)."""
+    saved = json.loads(OURS_CACHE.read_text("utf-8"))
+    entries = load_manifest(root)
+    if saved["quick"]:
+        seen: Counter[str] = Counter()
+        entries = [e for e in entries if (seen.update([e["format"]]) or seen[e["format"]] <= 3)]
+    return score(entries, saved["ours"], _peer_cached(entries, root), saved["run"])
 
 
 def report_markdown(result: dict[str, Any]) -> str:
@@ -375,8 +417,11 @@ def report_markdown(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--markitdown-worker"]:
         _markitdown_serve()
-    elif len(sys.argv) == 3 and sys.argv[1] == "--report":
-        saved = json.loads((HERE / "results" / "parsers_real.json").read_text("utf-8"))
-        Path(sys.argv[2]).write_text(report_markdown(saved), encoding="utf-8")
+    elif len(sys.argv) == 3 and sys.argv[1] in ("--report", "--rescore"):
+        # --report: the last saved result as Markdown; --rescore: the last run scored again first
+        out = HERE / "results" / "parsers_real.json"
+        if sys.argv[1] == "--rescore":
+            out.write_text(json.dumps(rescore(), indent=2), encoding="utf-8")
+        Path(sys.argv[2]).write_text(report_markdown(json.loads(out.read_text("utf-8"))), encoding="utf-8")
     else:
         print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
