@@ -28,10 +28,13 @@ def _dialect(sample: str, tsv: bool) -> type[csv.Dialect] | csv.Dialect:
     except csv.Error:
         return csv.excel
 
-    # Only the delimiter is sniffed: RFC 4180 quotes with '"', and the sniffer mistakes
-    # values like 'aifc' for single-quoted fields, eating their quotes.
+    # Only the delimiter and the space after it are sniffed: RFC 4180 quotes with '"', and the
+    # sniffer mistakes values like 'aifc' for single-quoted fields, eating their quotes. A space
+    # after each delimiter (`"Albatross", 2.99, "On a stick!"`, as docutils' csv-table writes)
+    # must be skipped, or the quoted field after it is read as text and split at its commas.
     class _Dialect(csv.excel):
         delimiter = sniffed.delimiter
+        skipinitialspace = sniffed.skipinitialspace
 
     return _Dialect
 
