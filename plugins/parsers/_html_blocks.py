@@ -164,21 +164,28 @@ def _inline_text(el: etree._Element) -> str:
 
 
 def _ordered_text(el: etree._Element) -> str:
+    """The text under ``el`` in document order, a space around each block-level element inside it.
+
+    A block inside inline context (a ``<div>`` or ``<h2>`` in a link or a list item, as search
+    result pages nest them) is rendered on a line of its own, so its words never run into the
+    text before or after it ("…/wiki/Microsoft" + "Microsoft - Wikipedia").
+    """
     out: list[str] = []
 
     def rec(node: etree._Element) -> None:
         tag = tag_name(node)
+        block = tag in BLOCK_TAGS and node is not el
+        if block and out:
+            out.append(" ")
         if tag == "br":
             out.append("\n")
         elif node.text and tag:
             out.append(node.text)
-        if tag in ("p", "div", "li", "tr", "dt", "dd") and out and node is not el:
-            out.append(" ")
         for child in node:
             rec(child)
             if child.tail:
                 out.append(child.tail)
-        if tag in ("td", "th"):
+        if block:
             out.append(" ")
 
     rec(el)

@@ -111,8 +111,8 @@ def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> 
     # the visible-text check reads text nodes joined with spaces (every hint names JavaScript)
     if not seen[0] and "javascript" in full.lower() and shell_hint.search(" ".join(el.itertext())):
         seen[0] = True
-    # own text, then one span with the rest: ``_ordered_text`` puts its separator for a nested
-    # p/li/dt after the element's own text, before its children, and so still does
+    # own text, then one span with the rest: ``_ordered_text`` reads the same characters, with
+    # its separators around the element (a block), never inside it
     rest = full[len(el.text) :]
     for child in list(el):
         el.remove(child)

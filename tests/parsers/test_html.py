@@ -174,6 +174,17 @@ def test_page_landmark_roles_dropped_only_outside_the_main_content():
     assert "Copyright 2024" not in text
 
 
+def test_blocks_nested_in_inline_context_do_not_run_words_together():
+    # a search result: the URL in a <div> inside the link, the title in an <h2>, in one <li>
+    page = """<body><main><ol><li><a href="/r"><div><cite>https://en.wikipedia.org/wiki/Microsoft</cite></div></a>
+<h2>Microsoft - Wikipedia</h2><div>Microsoft is a company.</div></li></ol>
+<table><tr><td><p>foo<b>bar</b></p><p>next</p></td></tr></table></main></body>"""
+    doc = _parse(page)
+    assert "https://en.wikipedia.org/wiki/Microsoft Microsoft - Wikipedia Microsoft is a company." in doc.text
+    table = next(b for b in doc.blocks if b.kind == BlockKind.TABLE)
+    assert table.rows == [["foobar next"]]
+
+
 def test_no_network_no_entities():
     # An external entity / DTD must never be fetched or expanded.
     html = '<!DOCTYPE html [<!ENTITY x SYSTEM "file:///etc/passwd">]><html><body><p>a &x; b</p></body></html>'
