@@ -15,15 +15,19 @@ that are in the truth), and pages per second, OCR only (images rendered beforeha
 a time in one process on this machine's cores (tesseract uses its OpenMP threads).
 
 Tools: Tributary's ``_ocr.ocr_image`` (image_to_data, lines rebuilt, CJK spaces removed,
-low-confidence lines dropped) at 150, 200 and 300 dpi; the ``tesseract`` CLI run as its manual
-says (``tesseract page.png out -l chi_sim+eng``) on the 300 dpi images; RapidOCR
-(``rapidocr_onnxruntime``, its PP-OCR models ship in the wheel) in ``.venv-bench`` on the 200 dpi
-images (it resizes its input itself), when installed there.
+low-confidence lines dropped, one OpenMP thread) at 150, 200 and 300 dpi; the ``tesseract`` CLI
+run as its manual says (``tesseract page.png out -l chi_sim+eng``, OpenMP threads as installed)
+and again with ``OMP_THREAD_LIMIT=1``, on the 300 dpi images; these five run page by page in turn,
+so the load of other processes weighs on each alike. RapidOCR (``rapidocr_onnxruntime``, its
+PP-OCR models ship in the wheel) runs in ``.venv-bench`` on the 200 dpi images (it resizes its
+input itself), when installed there.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -42,6 +46,8 @@ EN_FILES = ("introduction.html", "controlflow.html", "datastructures.html", "cla
 ZH_FILES = ("basic-defs.zh-cn.html", "choosing.zh-cn.html", "software.zh-cn.html", "pkg-basics.zh-cn.html")
 DPIS = (150, 200, 300)
 LANGUAGES = "chi_sim+eng"
+# before _ocr sets its OpenMP default in this process
+_ENV_AT_START = dict(os.environ)
 # RapidOCR runs in .venv-bench and times each page itself
 _RAPID_WORKER = """
 import json, sys, time
@@ -94,7 +100,7 @@ def _pages(lang: str, quick: bool) -> list[dict[str, Any]]:
     """Pages with a fair amount of text: {truth, png: {dpi: path}}."""
     import pypdfium2 as pdfium
 
-    per_file = 1 if quick else 3
+    per_file = 1 if quick else 2
     pages: list[dict[str, Any]] = []
     for pdf_path in _pdfs(lang, quick):
         pdf = pdfium.PdfDocument(str(pdf_path))
@@ -139,38 +145,48 @@ def _score(pairs: list[tuple[str, str]]) -> tuple[float, float]:
 # --------------------------------------------------------------------------- tools
 
 
-def _tributary(pages: list[dict[str, Any]], dpi: int) -> tuple[list[str], float]:
+def _tributary_page(png: Path, dpi: int) -> tuple[str, float]:
     from PIL import Image
 
     from plugins.parsers._common import Deadline
     from plugins.parsers._ocr import OcrSettings, join_lines, ocr_image
 
-    settings = OcrSettings(languages=LANGUAGES, dpi=dpi)
-    texts: list[str] = []
-    seconds = 0.0
-    for page in pages:
-        with Image.open(page["png"][dpi]) as image:
-            image.load()
-            start = time.perf_counter()
-            lines = ocr_image(image, settings, Deadline(600))
-            seconds += time.perf_counter() - start
-        texts.append(join_lines(lines))
-    return texts, seconds
+    with Image.open(png) as image:
+        image.load()
+        start = time.perf_counter()
+        lines = ocr_image(image, OcrSettings(languages=LANGUAGES, dpi=dpi), Deadline(600))
+        return join_lines(lines), time.perf_counter() - start
 
 
-def _tesseract_cli(pages: list[dict[str, Any]], dpi: int) -> tuple[list[str], float]:
-    texts: list[str] = []
-    seconds = 0.0
+def _cli_page(png: Path, env: dict[str, str]) -> tuple[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        for i, page in enumerate(pages):
-            base = Path(tmp) / f"out{i}"
-            start = time.perf_counter()
-            subprocess.run(
-                ["tesseract", str(page["png"][dpi]), str(base), "-l", LANGUAGES], check=True, capture_output=True
-            )
-            seconds += time.perf_counter() - start
-            texts.append(base.with_suffix(".txt").read_text(encoding="utf-8"))
-    return texts, seconds
+        base = Path(tmp) / "out"
+        start = time.perf_counter()
+        subprocess.run(["tesseract", str(png), str(base), "-l", LANGUAGES], check=True, capture_output=True, env=env)
+        seconds = time.perf_counter() - start
+        return base.with_suffix(".txt").read_text(encoding="utf-8"), seconds
+
+
+def _interleaved(pages: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[list[str], float]]:
+    """Every tesseract configuration on page 1, then on page 2, ...: the load other processes put
+    on the machine changes over minutes, and this way it weighs on each configuration alike."""
+    documented = {k: v for k, v in os.environ.items() if k != "OMP_THREAD_LIMIT"}  # the CLI as installed
+    if "OMP_THREAD_LIMIT" in _ENV_AT_START:
+        documented["OMP_THREAD_LIMIT"] = _ENV_AT_START["OMP_THREAD_LIMIT"]
+    one_thread = {**documented, "OMP_THREAD_LIMIT": "1"}
+    configs: dict[tuple[str, int], Any] = {
+        ("tributary", dpi): functools.partial(_tributary_page, dpi=dpi) for dpi in DPIS
+    }
+    configs[("tesseract CLI", 300)] = functools.partial(_cli_page, env=documented)
+    configs[("tesseract CLI, OMP_THREAD_LIMIT=1", 300)] = functools.partial(_cli_page, env=one_thread)
+    out: dict[tuple[str, int], tuple[list[str], float]] = {key: ([], 0.0) for key in configs}
+    for page in pages:
+        for key, fn in configs.items():
+            text, seconds = fn(page["png"][key[1]])
+            texts, total = out[key]
+            texts.append(text)
+            out[key] = (texts, total + seconds)
+    return out
 
 
 def _rapidocr(pages: list[dict[str, Any]], dpi: int) -> tuple[list[str], float] | str:
@@ -231,9 +247,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         if not pages:
             notes.append(f"{lang}: no corpus pages (documentation packages missing)")
             continue
-        for dpi in DPIS:
-            rows.append(_row("tributary", lang, dpi, pages, *_tributary(pages, dpi)))
-        rows.append(_row("tesseract CLI", lang, 300, pages, *_tesseract_cli(pages, 300)))
+        for (tool, dpi), (texts, seconds) in _interleaved(pages).items():
+            rows.append(_row(tool, lang, dpi, pages, texts, seconds))
         rapid = _rapidocr(pages, 200)
         if isinstance(rapid, str):
             notes.append(f"RapidOCR not run: {rapid}")
