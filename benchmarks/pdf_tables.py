@@ -237,7 +237,7 @@ def _real_score(tables: list[list[list[str]]], expected: tuple[int, list[str]]) 
     return min(len(tables), n_expected), len(tables), sum(_key(c) in found for c in cells)
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool) -> dict[str, Any]:
     docs = _corpus(12 if quick else 60)
     real = [(REAL / name, exp) for name, exp in REAL_EXPECTED.items() if (REAL / name).exists()]
     rows = []

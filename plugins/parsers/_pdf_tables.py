@@ -104,7 +104,12 @@ def _segments(page: Any, height: float, deadline: Deadline) -> tuple[list[tuple[
     return horizontal, vertical
 
 
-def _add_piece(p: tuple[float, float], q: tuple[float, float], horizontal: list, vertical: list) -> None:
+def _add_piece(
+    p: tuple[float, float],
+    q: tuple[float, float],
+    horizontal: list[tuple[float, float, float]],
+    vertical: list[tuple[float, float, float]],
+) -> None:
     (x0, y0), (x1, y1) = p, q
     if abs(y0 - y1) <= 1.0 and abs(x1 - x0) >= _MIN_RULE:
         horizontal.append(((y0 + y1) / 2, min(x0, x1), max(x0, x1)))
@@ -164,7 +169,7 @@ def _cells(points: dict[tuple[float, float], tuple[set[int], set[int]]]) -> list
         by_y.setdefault(y, []).append(x)
     for values in (*by_x.values(), *by_y.values()):
         values.sort()
-    cells = []
+    cells: list[tuple[float, ...]] = []
     for (x, y), (h_here, v_here) in points.items():
         below = [yy for yy in by_x[x] if yy > y and points[(x, yy)][1] & v_here]
         right = [xx for xx in by_y[y] if xx > x and points[(xx, y)][0] & h_here]
@@ -369,7 +374,7 @@ def _unruled(lines: list[Line], chars: PageChars, deadline: Deadline) -> list[Ta
     run: list[tuple[Line, list[tuple[float, float, list[int]]]]] = []
     for line in [*lines, None]:
         pieces = _pieces(line, chars) if line is not None else []
-        adjacent = bool(run) and line is not None and line.top - run[-1][0].bottom <= 2.0 * line.height
+        adjacent = bool(run) and line is not None and line.top - run[-1][0].bottom <= 3.0 * line.height
         if len(pieces) >= 2 and (adjacent or not run):
             run.append((line, pieces))  # type: ignore[arg-type]
             continue

@@ -166,7 +166,9 @@ def _attachments(pdf: Any, limits: Limits, deadline: Deadline) -> list[EmbeddedF
         try:
             attachment = pdf.get_attachment(i)
             out.append(
-                EmbeddedFile(attachment.name or f"attachment-{i + 1}", bytes(attachment.get_data()), where="attachment")
+                EmbeddedFile(
+                    attachment.get_name() or f"attachment-{i + 1}", bytes(attachment.get_data()), where="attachment"
+                )
             )
         except Exception:  # one unreadable attachment (no data, bad stream): the others still count
             continue
@@ -217,7 +219,7 @@ def _run_ocr(pdf: Any, pages: list[_Page], wanted: list[int], ctx: ParseContext,
             for k, ln in enumerate(ocr_lines)
             if clean_text(ln.text)
         ]
-        pages[index] = _Page(lines, pages[index].height, [], image_only=not lines)
+        pages[index] = _Page(lines, pages[index].height, [], image_only=False)  # OCR'd, text or not
         done.append(index + 1)
     return {"ocr_used": bool(done), "ocr_engine": result.engine, "ocr_pages": done[:_MAX_OCR_PAGES_LISTED]}
 
@@ -291,7 +293,7 @@ def _emit_group(
         max(ln.bottom for ln in group),
     )
     positions = [Position(page=p + 1, bbox=tuple(round(v, 2) for v in box))]  # type: ignore[arg-type]
-    extra = {"ocr": True} if group[0].ocr else {}
+    extra: dict[str, Any] = {"ocr": True} if group[0].ocr else {}
     flat = norm(text)
     if flat in entries:
         builder.heading(text, entries.pop(flat), positions, **extra)
@@ -327,7 +329,8 @@ def _build(found: _Extracted, ctx: ParseContext, limits: Limits) -> ParsedDocume
                 f"pdf: scanned images without text on {sum(p.image_only for p in pages)} page(s), needs OCR",
                 {k: meta[k] for k in scanned},  # the run's lineage says so, as for a partly scanned one
             )
-        raise ParseError(ParseErrorCode.EMPTY, "pdf: no text")
+        ocr_facts: dict[str, Any] = {k: meta[k] for k in ("ocr_used", "ocr_engine", "ocr_pages") if k in meta}
+        raise ParseError(ParseErrorCode.EMPTY, "pdf: no text" + (" (OCR found none)" if ocr_facts else ""), ocr_facts)
     for key in ("author", "subject", "keywords", "creator", "producer"):
         if found.info.get(key):
             meta[key] = found.info[key]

@@ -88,7 +88,7 @@ def test_hand_built_pdf_furniture_outline_and_paragraphs():
 
 def test_scanned_page_flagged_needs_ocr():
     data = build_pdf([[], [(72, 100, 11, "A page with a real text layer on it.")]], image_pages={0})
-    doc = parse_bytes(data, "scan.pdf")
+    doc = parse_bytes(data, "scan.pdf", engines={"pdf": "text"})  # the text engine lists, never OCRs
     assert doc.metadata["needs_ocr"] is True
     assert doc.metadata["ocr_pages"] == [1]
     assert doc.text == "A page with a real text layer on it."
@@ -97,7 +97,7 @@ def test_scanned_page_flagged_needs_ocr():
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated-child", "in-process"])
 def test_fully_scanned_pdf_is_an_error_not_garbage(isolate: bool):
     with pytest.raises(ParseError) as err:
-        parse_bytes(build_pdf([[], []], image_pages={0, 1}), "scan.pdf", isolate=isolate)
+        parse_bytes(build_pdf([[], []], image_pages={0, 1}), "scan.pdf", isolate=isolate, engines={"pdf": "text"})
     assert err.value.code == ParseErrorCode.EMPTY
     assert "OCR" in err.value.message
     # the warning a partly scanned PDF has in its metadata, carried by the error (and through
@@ -107,7 +107,7 @@ def test_fully_scanned_pdf_is_an_error_not_garbage(isolate: bool):
 
 def test_scanned_pages_listed_are_capped():
     with pytest.raises(ParseError) as err:
-        parse_bytes(build_pdf([[]] * 205, image_pages=set(range(205))), "scan.pdf")
+        parse_bytes(build_pdf([[]] * 205, image_pages=set(range(205))), "scan.pdf", engines={"pdf": "text"})
     assert "on 205 page(s)" in err.value.message
     assert err.value.details["ocr_pages"] == list(range(1, 201))
 
