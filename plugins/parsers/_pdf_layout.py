@@ -37,15 +37,27 @@ class Line:
 
 @dataclass(slots=True)
 class PageChars:
-    """One page's characters in pdfium's reading order, each with its box (zero for generated ones)."""
+    """One page's characters in pdfium's reading order, each with its box (zero for generated ones).
+
+    Index ``i`` is pdfium's character index ``i`` (a surrogate pair's first half is an empty
+    string), so :meth:`weight` can ask pdfium about it while the text page is open.
+    """
 
     text: list[str] = field(default_factory=list)
     boxes: list[tuple[float, float, float, float]] = field(default_factory=list)
-    weights: list[int] = field(default_factory=list)  # font weight, 0 where pdfium does not know
+    textpage: Any = None  # the open pdfium text page, for font weights (tables' header rows only)
 
     def has_box(self, i: int) -> bool:
         x0, top, x1, bottom = self.boxes[i]
         return x1 > x0 or bottom > top
+
+    def weight(self, i: int) -> int:
+        """The character's font weight (400 regular, 700 bold), 0 when unknown."""
+        if self.textpage is None:
+            return 0
+        import pypdfium2.raw as pdfium_c  # loaded already: a text page is open
+
+        return max(int(pdfium_c.FPDFText_GetFontWeight(self.textpage.raw, i)), 0)
 
 
 def page_chars(textpage: Any, page_height: float, max_chars: int) -> PageChars:
@@ -60,25 +72,22 @@ def page_chars(textpage: Any, page_height: float, max_chars: int) -> PageChars:
     raw = textpage.raw
     n = min(pdfium_c.FPDFText_CountChars(raw), max_chars)
     left, right, bottom, top = (ctypes.c_double() for _ in range(4))
-    out = PageChars()
+    out = PageChars(textpage=textpage)
+    text, boxes = out.text, out.boxes
+    get_unicode, get_box = pdfium_c.FPDFText_GetUnicode, pdfium_c.FPDFText_GetCharBox
     pending_high = 0
     for i in range(n):
-        code = pdfium_c.FPDFText_GetUnicode(raw, i)
-        if 0xD800 <= code <= 0xDBFF:
-            pending_high = code
-            continue
-        if 0xDC00 <= code <= 0xDFFF:
-            if not pending_high:
-                continue
-            code = 0x10000 + ((pending_high - 0xD800) << 10) + (code - 0xDC00)
-        pending_high = 0
-        if pdfium_c.FPDFText_GetCharBox(raw, i, left, right, bottom, top):
-            box = (left.value, page_height - top.value, right.value, page_height - bottom.value)
+        code = get_unicode(raw, i)
+        if 0xD800 <= code <= 0xDFFF:
+            high, pending_high = pending_high, (code if code <= 0xDBFF else 0)
+            code = 0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00) if high and code >= 0xDC00 else 0
         else:
-            box = (0.0, 0.0, 0.0, 0.0)
-        out.text.append(chr(code) if code else "")
-        out.boxes.append(box)
-        out.weights.append(max(pdfium_c.FPDFText_GetFontWeight(raw, i), 0))
+            pending_high = 0
+        if get_box(raw, i, left, right, bottom, top):
+            boxes.append((left.value, page_height - top.value, right.value, page_height - bottom.value))
+        else:
+            boxes.append((0.0, 0.0, 0.0, 0.0))
+        text.append(chr(code) if code else "")
     return out
 
 

@@ -69,6 +69,45 @@ def _line_taken(line: Line, chars: PageChars, taken: set[int]) -> bool:
 # --------------------------------------------------------------------------- rules
 
 
+_Matrix = tuple[float, float, float, float, float, float]
+_IDENTITY: _Matrix = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
+
+
+def _then(inner: _Matrix, outer: _Matrix) -> _Matrix:
+    """The matrix applying ``inner`` and then ``outer`` (ISO 32000-1 8.3.4, row-vector convention)."""
+    a, b, c, d, e, f = inner
+    A, B, C, D, E, F = outer
+    return (a * A + b * C, a * B + b * D, c * A + d * C, c * B + d * D, e * A + f * C + E, e * B + f * D + F)
+
+
+def _path_objects(pdfium_c: Any, count: Any, get: Any, holder: Any, matrix: _Matrix, depth: int) -> Any:
+    """(path object, its matrix to page space) for the paths of a page or a form XObject, nested forms too.
+
+    Through pdfium's C API rather than pypdfium2's object wrappers (a third of the page's time
+    on a drawing-heavy file); a form's objects carry matrices relative to the form, composed here.
+    """
+    fs = pdfium_c.FS_MATRIX()
+    for i in range(count(holder)):
+        obj = get(holder, i)
+        kind = pdfium_c.FPDFPageObj_GetType(obj)
+        if kind not in (pdfium_c.FPDF_PAGEOBJ_PATH, pdfium_c.FPDF_PAGEOBJ_FORM):
+            continue
+        own = _IDENTITY
+        if pdfium_c.FPDFPageObj_GetMatrix(obj, fs):
+            own = (fs.a, fs.b, fs.c, fs.d, fs.e, fs.f)
+        if kind == pdfium_c.FPDF_PAGEOBJ_PATH:
+            yield obj, _then(own, matrix)
+        elif depth > 0:
+            yield from _path_objects(
+                pdfium_c,
+                pdfium_c.FPDFFormObj_CountObjects,
+                pdfium_c.FPDFFormObj_GetObject,
+                obj,
+                _then(own, matrix),
+                depth - 1,
+            )
+
+
 def _segments(page: Any, height: float, deadline: Deadline) -> tuple[list[tuple[float, float, float]], ...]:
     """Horizontal ``(y, x0, x1)`` and vertical ``(x, y0, y1)`` straight pieces of the page's paths."""
     import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
@@ -78,18 +117,20 @@ def _segments(page: Any, height: float, deadline: Deadline) -> tuple[list[tuple[
     fill, stroke = ctypes.c_int(), ctypes.c_int()
     px, py = ctypes.c_float(), ctypes.c_float()
     count = 0
-    for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_PATH], max_depth=3):
-        if not pdfium_c.FPDFPath_GetDrawMode(obj.raw, fill, stroke) or not (fill.value or stroke.value):
+    objects = _path_objects(
+        pdfium_c, pdfium_c.FPDFPage_CountObjects, pdfium_c.FPDFPage_GetObject, page.raw, _IDENTITY, 2
+    )
+    for obj, (a, b, c, d, e, f) in objects:
+        if not pdfium_c.FPDFPath_GetDrawMode(obj, fill, stroke) or not (fill.value or stroke.value):
             continue
-        a, b, c, d, e, f = obj.get_matrix().get()
-        n = pdfium_c.FPDFPath_CountSegments(obj.raw)
+        n = pdfium_c.FPDFPath_CountSegments(obj)
         count += n
         if count > _MAX_SEGMENTS:
             return [], []
         deadline.check("pdf table rules")
         start = current = None
         for i in range(n):
-            seg = pdfium_c.FPDFPath_GetPathSegment(obj.raw, i)
+            seg = pdfium_c.FPDFPath_GetPathSegment(obj, i)
             pdfium_c.FPDFPathSegment_GetPoint(seg, px, py)
             point = (a * px.value + c * py.value + e, height - (b * px.value + d * py.value + f))
             kind = pdfium_c.FPDFPathSegment_GetType(seg)
@@ -225,21 +266,26 @@ def _fill_ruled(cells: list[tuple[float, ...]], chars: PageChars) -> Table | Non
     if xs[-1] - xs[0] < _MIN_TABLE_SIDE or ys[-1] - ys[0] < _MIN_TABLE_SIDE / 2:  # a figure's boxes
         return None
     bbox = (xs[0], ys[0], xs[-1], ys[-1])
-    # smallest first: a character belongs to the innermost cell around it (an outer frame is a cell too)
-    ordered = sorted(cells, key=lambda c: (c[2] - c[0]) * (c[3] - c[1]))
-    slots = {(_slot(ys, c[1]), _slot(xs, c[0])): c for c in reversed(ordered)}
-    slots = dict(sorted(slots.items(), key=lambda kv: (kv[1][2] - kv[1][0]) * (kv[1][3] - kv[1][1])))
+    # grid slot -> the cell covering it, the smallest winning: a character belongs to the
+    # innermost cell around it (an outer frame is a cell too)
+    owner: dict[tuple[int, int], tuple[int, int]] = {}
+    slots: dict[tuple[int, int], tuple[float, ...]] = {}
+    for c in sorted(cells, key=lambda c: (c[2] - c[0]) * (c[3] - c[1]), reverse=True):
+        r0, c0, r1, c1 = _slot(ys, c[1]), _slot(xs, c[0]), _slot(ys, c[3]), _slot(xs, c[2])
+        slots[(r0, c0)] = c
+        for r in range(r0, max(r1, r0 + 1)):
+            for k in range(c0, max(c1, c0 + 1)):
+                owner[(r, k)] = (r0, c0)
     texts: dict[tuple[int, int], list[int]] = {}
     members: set[int] = set()
     for i, (x0, top, x1, bottom) in enumerate(chars.boxes):
         cx, cy = (x0 + x1) / 2, (top + bottom) / 2
-        if not chars.has_box(i) or not (bbox[0] <= cx <= bbox[2] and bbox[1] <= cy <= bbox[3]):
+        if not (bbox[0] <= cx <= bbox[2] and bbox[1] <= cy <= bbox[3]) or not chars.has_box(i):
             continue
-        for key, (c0, t0, c1, b0) in slots.items():
-            if c0 <= cx <= c1 and t0 <= cy <= b0:
-                texts.setdefault(key, []).append(i)
-                members.add(i)  # a character in no cell (a grid with gaps) stays in the text flow
-                break
+        key = owner.get((bisect.bisect_right(ys, cy) - 1, bisect.bisect_right(xs, cx) - 1))
+        if key is not None:  # a character in no cell (a grid with gaps) stays in the text flow
+            texts.setdefault(key, []).append(i)
+            members.add(i)
     if len(texts) < 2:
         return None
     texts = _split_unruled_rows(texts, chars, slots)
@@ -343,8 +389,8 @@ def _table(
 
 def _row_is_bold(row: int, chars: PageChars, texts: dict[tuple[int, int], list[int]]) -> bool:
     """The first row is set in bold and the rest are not: a header row (HTML ``th``, Word's style)."""
-    head = [chars.weights[i] for (r, _), idx in texts.items() if r == row for i in idx]
-    body = [chars.weights[i] for (r, _), idx in texts.items() if r != row for i in idx]
+    head = [chars.weight(i) for (r, _), idx in texts.items() if r == row for i in idx]
+    body = [chars.weight(i) for (r, _), idx in texts.items() if r != row for i in idx]
     if not head or not body:
         return False
     return sum(w >= 600 for w in head) > 0.8 * len(head) and sum(w >= 600 for w in body) < 0.2 * len(body)
@@ -356,6 +402,8 @@ def _row_is_bold(row: int, chars: PageChars, texts: dict[tuple[int, int], list[i
 def _pieces(line: Line, chars: PageChars) -> list[tuple[float, float, list[int]]]:
     """The line cut at gaps wider than :data:`_MIN_GAP` line heights: ``(x0, x1, char indices)``."""
     out: list[tuple[float, float, list[int]]] = []
+    if " " not in line.text:  # pdfium puts a space into every gap it sees between words
+        return out
     gap = _MIN_GAP * line.height
     i = line.first
     while i < len(chars.text) and chars.text[i] not in "\r\n":

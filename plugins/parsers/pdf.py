@@ -140,12 +140,13 @@ def _toc(pdf: Any, limit: int = 5000) -> dict[int, list[tuple[int, str]]]:
 def _read_page(page: Any, deadline: Deadline, with_tables: bool) -> _Page:
     width, height = page.get_size()
     textpage = page.get_textpage()
-    try:
+    try:  # the text page stays open while tables are found: a header row's font weight is asked there
         chars = page_chars(textpage, height, _MAX_PAGE_CHARS)
+        lines = lines_of(chars)
+        tables = find_tables(page, chars, lines, height, deadline) if with_tables and lines else []
+        chars.textpage = None
     finally:
         textpage.close()
-    lines = lines_of(chars)
-    tables = find_tables(page, chars, lines, height, deadline) if with_tables and lines else []
     if tables:
         taken = set().union(*(t.members for t in tables))
         lines = lines_of(chars, [i in taken for i in range(len(chars.text))])
