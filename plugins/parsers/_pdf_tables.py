@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +38,11 @@ _MAX_SEGMENTS = 50_000  # per page: a vector drawing is not a table, and its seg
 _MAX_RULES = 600  # per direction after joining: crossings are checked pairwise
 _MIN_GAP = 0.5  # a column gap in unruled text: this many times the line's height (a space is ~0.3)
 _MIN_TABLE_SIDE = 40.0  # points: a grid narrower than this is a diagram's detail
-_MAX_CELL_CHARS = 40  # mean characters per cell of an unruled table: longer is running text
+_MAX_CELL_CHARS = 40
+# a list item's marker: "1)", "2.", "(a)", "(iv)", "•", "-"; a first column of these is a list
+_LIST_MARKER = re.compile(
+    r"^(?:\(?[0-9A-Za-z]{1,4}[.)]|\([ivxlcdmIVXLCDM]+\)|[•▪◦‣∙·*\-–—])$"
+)  # mean characters per cell of an unruled table: longer is running text
 
 
 @dataclass(slots=True)
@@ -322,8 +328,10 @@ def _split_unruled_rows(
         cells = by_row[r]
         counts = {len(v) for v in cells.values()}
         k = counts.pop() if len(counts) == 1 else 1
-        # most cells filling their width before a break: wrapped text, not rows without rules
-        wrapped = sum(_wraps(lines, chars, slots[(r, c)]) for c, lines in cells.items()) * 2 > len(cells)
+        # three or more lines in every cell at the same heights are rows drawn without rules
+        # between them (a table ruled by columns only); two lines are that only when no cell
+        # fills its width before the break (a wrap), since a narrow column wraps every cell
+        wrapped = k == 2 and any(_wraps(lines, chars, slots[(r, c)]) for c, lines in cells.items())
         if k >= 2 and len(cells) >= 2 and not wrapped and _same_heights(cells, chars):
             for c, lines in cells.items():
                 for j, line in enumerate(lines):
@@ -336,11 +344,10 @@ def _split_unruled_rows(
 
 
 def _wraps(lines: list[list[int]], chars: PageChars, cell: tuple[float, ...]) -> bool:
-    """A line before the last reaching across most of the cell: text wrapped there, one cell."""
+    """A line before the last reaching across most of the cell (padding aside): text wrapped there, one cell."""
     width = cell[2] - cell[0]
     return any(
-        max(chars.boxes[i][2] for i in line) - min(chars.boxes[i][0] for i in line) > 0.88 * width
-        for line in lines[:-1]
+        max(chars.boxes[i][2] for i in line) - min(chars.boxes[i][0] for i in line) > 0.6 * width for line in lines[:-1]
     )
 
 
@@ -427,12 +434,22 @@ def _unruled(lines: list[Line], chars: PageChars, deadline: Deadline) -> list[Ta
             run.append((line, pieces))  # type: ignore[arg-type]
             continue
         if len(run) >= 3:
-            table = _aligned_table(run, chars)
+            table = _aligned_run(run, chars)
             if table is not None:
                 tables.append(table)
         run = [(line, pieces)] if line is not None and len(pieces) >= 2 else []
         deadline.check("pdf unruled tables")
     return tables
+
+
+def _aligned_run(run: list[tuple[Line, list[tuple[float, float, list[int]]]]], chars: PageChars) -> Table | None:
+    """The run as a table, else without its first or last line: a paragraph's last line whose
+    word gaps look wide may touch a table's first row."""
+    for piece in (run, run[1:], run[:-1], run[1:-1]):
+        table = _aligned_table(piece, chars) if len(piece) >= 3 else None
+        if table is not None:
+            return table
+    return None
 
 
 def _aligned_table(run: list[tuple[Line, list[tuple[float, float, list[int]]]]], chars: PageChars) -> Table | None:
@@ -454,17 +471,22 @@ def _aligned_table(run: list[tuple[Line, list[tuple[float, float, list[int]]]]],
     rows = [[_cell_text(chars, texts.get((r, c), [])) for c in range(len(columns))] for r in range(len(run))]
     filled = [cell for row in rows for cell in row if cell]
     # every row must fill most columns, cells must be short, and two columns need a number
-    # column: otherwise this is a two-column page or a list with tab leaders
+    # column or shorter cells still: otherwise this is a two-column page or a list with tab leaders
     if any(sum(1 for c in row if c) < max(2, (len(columns) + 1) // 2) for row in rows):
         return None
     if sum(all(row) for row in rows) * 2 < len(rows):  # two text columns fill alternate halves
         return None
     if sum(len(c) for c in filled) > _MAX_CELL_CHARS * len(filled):
         return None
-    if len(columns) == 2 and not any(all(_numeric(row[c]) for row in rows[1:] if row[c]) for c in range(2)):
+    numbers = any(all(_numeric(row[c]) for row in rows[1:] if row[c]) for c in range(2))
+    if len(columns) == 2 and not numbers and sum(len(c) for c in filled) > _MAX_CELL_CHARS / 3 * len(filled):
+        return None
+    if all(_LIST_MARKER.match(row[0]) for row in rows if row[0]):  # a numbered or bulleted list
+        return None
+    lines = [ln for ln, _ in run]
+    if any(b.top - a.top < 0.5 * a.height for a, b in itertools.pairwise(lines)):  # sub/superscripts
         return None
     members = {i for idx in texts.values() for i in idx}
-    lines = [ln for ln, _ in run]
     bbox = (min(ln.x0 for ln in lines), lines[0].top, max(ln.x1 for ln in lines), max(ln.bottom for ln in lines))
     return _table(bbox, rows, chars, texts, members, ruled=False)
 
