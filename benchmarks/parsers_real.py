@@ -26,7 +26,7 @@ fewer word characters, or covers under :data:`COVERAGE_GOAL` of markitdown's wor
 coverage = sum over lower-cased ``\\w+`` tokens t of min(ours[t], md[t]) / sum md[t] (a bag
 recall: how much of what markitdown found we found too). Before counting, markitdown's Markdown
 escapes are undone and link/image targets dropped (an ``href`` is not document text).
-markitdown hands an RTF file back as its markup (``{\\rtf1...``): that counts as no text.
+markitdown hands an RTF file (or a WordML ``.doc``) back as its markup: that counts as no text.
 It hands JSON back as written: its string escapes are decoded before counting.
 Encrypted files are reported aside (neither tool can read them without a password).
 """
@@ -268,11 +268,27 @@ def coverage(ours: str, peer: str) -> float | None:
     return sum(min(n, got[t]) for t, n in want.items()) / sum(want.values())
 
 
+# formats whose file is text to a reader: markitdown's copy of them is their text
+_TEXT_FORMATS = frozenset({"txt", "md", "csv", "json", "html"})
+
+
+def is_markup_echo(entry: Result, peer_raw: str, root: Path = REALDOCS) -> bool:
+    """markitdown handed a markup file back as written (RTF, WordML named .doc): no text read."""
+    if entry["format"] in _TEXT_FORMATS:
+        return False
+    if "{\\rtf" in peer_raw[:1000] or "\\pard" in peer_raw[:1000]:
+        return True
+    head = (root / entry["file"]).read_bytes()[:200].decode("utf-8", "replace").strip()
+    return bool(head) and peer_raw.strip().startswith(head[:100])
+
+
 def compare(entry: dict[str, Any], ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any] | None:
     """The file's problem record, or None when ours is fine next to markitdown."""
-    md = peer_text(peer["text"], entry["format"]) if peer["status"] == "ok" else ""
-    if "{\\rtf" in md[:1000]:  # markitdown hands RTF back as its markup: not text
-        md = ""
+    md = (
+        ""
+        if peer["status"] != "ok" or is_markup_echo(entry, peer["text"])
+        else peer_text(peer["text"], entry["format"])
+    )
     cov = coverage(ours["text"], md)
     less = bool(word_chars(md)) and (
         word_chars(ours["text"]) < word_chars(md) or (cov is not None and cov < COVERAGE_GOAL)
@@ -325,7 +341,7 @@ def _format_row(fmt: str, pairs: list[Triple], problems: list[Result]) -> Result
         ),
         "md ok/error/timeout": f"{peer['ok']}/{peer['typed'] + peer['crash']}/{peer['timeout']}",
         "ours chars": sum(nonws(o["text"]) for _, o, _ in pairs),
-        "md chars": sum(nonws(peer_text(p["text"], fmt)) for _, _, p in pairs if "{\\rtf" not in p["text"][:1000]),
+        "md chars": sum(nonws(peer_text(p["text"], fmt)) for e, _, p in pairs if not is_markup_echo(e, p["text"])),
         "files less than md": len(less),
         "ours s": round(sum(o["seconds"] for _, o, _ in pairs), 1),
         "md s": round(sum(p["seconds"] for _, _, p in pairs), 1),
