@@ -50,13 +50,20 @@ BUILTIN_PARSERS: tuple[str, ...] = (
     "plugins.parsers.csv_tsv",
     "plugins.parsers.docx",
     "plugins.parsers.html",
+    "plugins.parsers.image",
     "plugins.parsers.jsonl",
     "plugins.parsers.legacy",
     "plugins.parsers.markdown",
+    "plugins.parsers.mhtml",
+    "plugins.parsers.notebook",
     "plugins.parsers.pdf",
     "plugins.parsers.pptx",
+    "plugins.parsers.rtf",
+    "plugins.parsers.source",
+    "plugins.parsers.structured",
     "plugins.parsers.text",
     "plugins.parsers.xlsx",
+    "plugins.parsers.xmldoc",
 )
 _loaded = False
 
