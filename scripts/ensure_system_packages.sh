@@ -13,6 +13,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v tesseract >/dev/null 2>&1 || need+=(tesseract-ocr)
 [ -f /usr/share/tesseract-ocr/5/tessdata/chi_sim.traineddata ] || need+=(tesseract-ocr-chi-sim)
 [ -f /usr/share/tesseract-ocr/5/tessdata/eng.traineddata ] || need+=(tesseract-ocr-eng)
+# a CJK font, so LibreOffice-made Chinese PDFs (OCR tests and benchmark) carry Chinese glyphs
+fc-list :lang=zh 2>/dev/null | grep -q . || need+=(fonts-wqy-microhei)
 if [ ${#need[@]} -eq 0 ]; then echo "system packages: all present"; exit 0; fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "system packages missing (${need[*]}); install them with apt-get as root — dependent tests will be skipped" >&2
