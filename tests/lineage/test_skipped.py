@@ -32,7 +32,10 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _source(root: Path, **options: object) -> SourceConfig:
-    return SourceConfig(kind="files", name="skips", options={"root": str(root), **options})
+    # OCR off (the ``text`` engine): a scan is what it was before OCR, an item that needs it;
+    # tests/lineage/test_parser_facts.py covers the OCR'd case
+    parser = {"engines": {"pdf": "text"}}
+    return SourceConfig(kind="files", name="skips", options={"root": str(root), **options}, parser=parser)
 
 
 def _rows(run_id: str) -> dict[str, dict]:

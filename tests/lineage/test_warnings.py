@@ -35,7 +35,9 @@ def scans(tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         build_pdf([[], [(72, 100, 11, "The inspection report continues on this page.")]], image_pages={0})
     )
     (root / "notes.md").write_text("# Notes\n\nPlain text, nothing to warn about.\n", encoding="utf-8")
-    entry = {"kind": "files", "name": "scans", "schedule": None, "options": {"root": str(root)}}
+    # OCR off (the ``text`` engine): the scanned page stays a page that needs OCR
+    parser = {"engines": {"pdf": "text"}}
+    entry = {"kind": "files", "name": "scans", "schedule": None, "options": {"root": str(root)}, "parser": parser}
     monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "sources.yaml", [entry])))
     return SourceConfig.model_validate(entry)
 
