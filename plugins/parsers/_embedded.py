@@ -110,10 +110,18 @@ def parse_embedded(
             result.failed.append({"name": item.name, "code": exc.code.value, "message": exc.message})
             continue
         result.blocks.extend(_placed_blocks(doc, item, [*chain, item.name], heading_path or []))
+        _carry_nested_outcomes(doc, item, result)
         result.parsed.append(
             {"name": item.name, "media_type": doc.media_type, "parser": doc.parser, "blocks": len(doc.blocks)}
         )
     return result
+
+
+def _carry_nested_outcomes(doc: ParsedDocument, item: EmbeddedFile, result: EmbeddedResult) -> None:
+    """What failed or was cut off deeper down is the outer document's to report (lineage sees only it)."""
+    for key, into in (("embedded_failed", result.failed), ("embedded_skipped", result.skipped)):
+        for entry in doc.metadata.get(key) or []:
+            into.append({**entry, "name": f"{item.name} > {entry.get('name', '')}"})
 
 
 def _over_cap(item: EmbeddedFile, depth: int, limits: Limits, files_left: int, bytes_left: int) -> str:
@@ -134,6 +142,7 @@ def _placed_blocks(doc: ParsedDocument, item: EmbeddedFile, chain: list[str], ou
     out = [title]
     for block in doc.blocks:
         block.heading_path = [*outer_path, label, *block.heading_path]
-        block.metadata["embedded_from"] = chain
+        # a block from deeper down already carries its whole chain (the nested parse got ours)
+        block.metadata.setdefault("embedded_from", chain)
         out.append(block)
     return out

@@ -79,8 +79,12 @@ def test_nesting_past_embed_max_depth_is_cut_off():
     assert texts == ["level 0 text", "level 1 text", "level 2 text", "level 3 text"]
     deepest = next(b for b in doc.blocks if b.text == "level 3 text")
     assert deepest.heading_path == ["level1.docx (document)", "level2.docx (document)", "level3.docx (document)"]
-    # (each level re-stamps embedded_from with its own chain: the outermost file is what stays)
-    assert deepest.metadata["embedded_from"] == ["word/embeddings/level1.docx"]
+    # the whole chain of containers, outermost first
+    assert deepest.metadata["embedded_from"] == [f"word/embeddings/level{n}.docx" for n in (1, 2, 3)]
+    # the cut three levels down is reported by the outer document, with the chain in its name
+    [cut] = doc.metadata["embedded_skipped"]
+    assert cut["name"].split(" > ") == [f"word/embeddings/level{n}.docx" for n in (1, 2, 3, 4)]
+    assert cut["reason"] == "nested deeper than embed_max_depth=3"
     # the cut is recorded where it happens: with no depth allowed, by the outer document
     flat = parse_bytes(data, "level0.docx", embed_max_depth=0)
     assert [b.text for b in flat.blocks] == ["level 0 text"]
