@@ -170,6 +170,9 @@ _ZIP_MIMETYPES = {
     b"application/epub+zip": EPUB,
     b"application/vnd.oasis.opendocument.text": ODT,
     b"application/vnd.oasis.opendocument.text-template": ODT,
+    # Writer/Web (what LibreOffice writes converting HTML to .odt) and master documents
+    b"application/vnd.oasis.opendocument.text-web": ODT,
+    b"application/vnd.oasis.opendocument.text-master": ODT,
     b"application/vnd.oasis.opendocument.spreadsheet": ODS,
     b"application/vnd.oasis.opendocument.spreadsheet-template": ODS,
     b"application/vnd.oasis.opendocument.presentation": ODP,

@@ -233,3 +233,13 @@ def test_fuzz_only_parse_errors(data: st.DataObject) -> None:
         raw[i] = data.draw(st.integers(0, 255))
     with contextlib.suppress(ParseError):
         parse_bytes(bytes(raw), "f.odt", time_budget_s=5)
+
+
+
+@needs_soffice
+def test_odt_libreoffice_converts_from_html_is_read(lo_convert: Callable[[bytes, str, str], bytes]) -> None:
+    # Writer/Web declares "text-web" in its mimetype member; it is an ODT all the same
+    html = b"<html><body><h1>Handbook</h1><p>Deploy on Fridays never.</p></body></html>"
+    data = lo_convert(html, "html", "odt:writerweb8_writer")
+    doc = parse_bytes(data, "page.odt")
+    assert doc.parser == "odf" and "Deploy on Fridays never." in doc.text
