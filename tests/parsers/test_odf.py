@@ -240,6 +240,7 @@ def test_fuzz_only_parse_errors(data: st.DataObject) -> None:
 def test_odt_libreoffice_converts_from_html_is_read(lo_convert: Callable[[bytes, str, str], bytes]) -> None:
     # Writer/Web declares "text-web" in its mimetype member; it is an ODT all the same
     html = b"<html><body><h1>Handbook</h1><p>Deploy on Fridays never.</p></body></html>"
-    data = lo_convert(html, "html", "odt:writerweb8_writer")
+    data = lo_convert(html, "html", "odt:writer8")
+    assert zipfile.ZipFile(io.BytesIO(data)).read("mimetype") == b"application/vnd.oasis.opendocument.text-web"
     doc = parse_bytes(data, "page.odt")
     assert doc.parser == "odf" and "Deploy on Fridays never." in doc.text
