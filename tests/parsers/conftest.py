@@ -13,6 +13,18 @@ import pytest
 from include.contract import ParsedDocument, RawDocument
 from plugins.parsers import parse_document
 
+# ../shared/realdocs beside the repository: real third-party documents, read in place, never copied
+REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
+
+
+def realdoc(rel: str) -> bytes:
+    """The bytes of ``../shared/realdocs/<rel>``; the test is skipped when the corpus is absent."""
+    path = REALDOCS / rel
+    if not path.exists():
+        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
+    return path.read_bytes()
+
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "parsers"
 SOFFICE = shutil.which("soffice")
 needs_soffice = pytest.mark.skipif(

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 
 from include.contract import BlockKind
-from tests.parsers.conftest import FIXTURES, needs_soffice, parse_bytes
+from tests.parsers.conftest import FIXTURES, needs_soffice, parse_bytes, realdoc
 from tests.parsers.ooxml import build_docx, p
 
 SOURCE_HTML = """<html><head><title>Operations handbook</title></head><body>
@@ -205,16 +204,6 @@ def test_table_header_flag_spans_and_vertical_merge():
     assert table.rows == [["Search", "10", "12"], ["Search", "11", "13"], ["Total", "", "25"]]
 
 
-REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
-
-
-def _real(rel: str) -> bytes:
-    path = REALDOCS / rel
-    if not path.exists():
-        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
-    return path.read_bytes()
-
-
 def _saved(document) -> bytes:
     buf = io.BytesIO()
     document.save(buf)
@@ -267,16 +256,16 @@ def test_comments_are_extracted_with_their_author():
 
 def test_real_header_footer_and_comment_files():
     # 0129_docx-hdrftr.docx (docx2python): header and footer with paragraphs and tables
-    doc = parse_bytes(_real("docx/0129_docx-hdrftr.docx"), "hdrftr.docx")
+    doc = parse_bytes(realdoc("docx/0129_docx-hdrftr.docx"), "hdrftr.docx")
     headers = [b.text for b in doc.blocks if b.metadata.get("part") == "header"]
     footers = [b.text for b in doc.blocks if b.metadata.get("part") == "footer"]
     assert headers == ["First header para", "Table cell1\tTable cell2", "Last header para"]
     assert footers[0] == "para1" and footers[-1] == "para2"
     assert [b.text for b in doc.blocks if "part" not in b.metadata] == ["Main document"]
     # 0179_has_pict.docx (python-docx): the body has no text, its (unreferenced) header has
-    pict = parse_bytes(_real("docx/0179_has_pict.docx"), "pict.docx")
+    pict = parse_bytes(realdoc("docx/0179_has_pict.docx"), "pict.docx")
     assert any("BOEHRINGER INGELHEIM" in b.text for b in pict.blocks if b.metadata.get("part") == "header")
     # 0170_comments.docx (mammoth): two comments by one author
-    comments = parse_bytes(_real("docx/0170_comments.docx"), "comments.docx")
+    comments = parse_bytes(realdoc("docx/0170_comments.docx"), "comments.docx")
     noted = [(b.text, b.metadata.get("author")) for b in comments.blocks if b.metadata.get("note") == "comment"]
     assert noted == [("A tachyon walks into a bar.", "Michael Williamson"), ("Fin.", "Michael Williamson")]

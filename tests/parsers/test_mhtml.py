@@ -13,6 +13,7 @@ from include.contract import BlockKind, ParseError, ParseErrorCode
 from plugins.parsers import mhtml
 from plugins.parsers.registry import ParseContext, sniff_media_type
 from tests.parsers.conftest import parse_bytes
+from tests.parsers.mutations import mutated_bytes
 
 PAGE = (
     "<html><head><title>Über uns</title></head><body><nav>Menu</nav><h1>Grüße aus Köln</h1>"
@@ -190,28 +191,12 @@ def test_fuzzed_mhtml_raises_only_parse_errors_within_budget():
     import time
 
     from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     parts = [
         _part(PAGE, "text/html", "https://example.org/about", charset="windows-1252", cte="quoted-printable"),
         _part("name,qty\nbolts,12\n", "text/csv", "https://example.org/stock.csv", cte="base64"),
     ]
     seeds = [browser_archive(parts), WORD_MHT]
-
-    @st.composite
-    def mutated(draw: st.DrawFn) -> bytes:
-        data = bytearray(seeds[draw(st.integers(0, len(seeds) - 1))])
-        for _ in range(draw(st.integers(1, 3))):
-            op = draw(st.sampled_from(["flip", "truncate", "insert"]))
-            if op == "flip" and data:
-                for _ in range(draw(st.integers(1, 8))):
-                    data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
-            elif op == "truncate":
-                del data[draw(st.integers(0, len(data))) :]
-            else:
-                at = draw(st.integers(0, len(data)))
-                data[at:at] = draw(st.sampled_from(_MIME_JUNK)) * draw(st.integers(1, 100))
-        return bytes(data)
 
     @settings(
         max_examples=150,
@@ -220,7 +205,7 @@ def test_fuzzed_mhtml_raises_only_parse_errors_within_budget():
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(data=mutated())
+    @given(data=mutated_bytes(seeds, _MIME_JUNK, 100))
     def run(data: bytes) -> None:
         started = time.monotonic()
         with contextlib.suppress(ParseError):

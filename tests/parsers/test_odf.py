@@ -235,7 +235,6 @@ def test_fuzz_only_parse_errors(data: st.DataObject) -> None:
         parse_bytes(bytes(raw), "f.odt", time_budget_s=5)
 
 
-
 @needs_soffice
 def test_odt_libreoffice_converts_from_html_is_read(lo_convert: Callable[[bytes, str, str], bytes]) -> None:
     # Writer/Web declares "text-web" in its mimetype member; it is an ODT all the same

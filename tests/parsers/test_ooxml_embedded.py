@@ -6,23 +6,12 @@ from __future__ import annotations
 
 import io
 import zipfile
-from pathlib import Path
-
-import pytest
 
 from include.contract import BlockKind
-from tests.parsers.conftest import needs_soffice, parse_bytes
+from tests.parsers.conftest import needs_soffice, parse_bytes, realdoc
 from tests.parsers.ooxml import DOCX_TYPE, PACKAGE_REL, XLSX_TYPE, add_part
 
-REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
 IMAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"
-
-
-def _real(rel: str) -> bytes:
-    path = REALDOCS / rel
-    if not path.exists():
-        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
-    return path.read_bytes()
 
 
 def _docx(*paragraphs: str) -> bytes:
@@ -150,7 +139,7 @@ def test_images_go_to_parse_embedded_only_when_asked():
 def test_real_docx_with_ole_packages_pdf_and_docx():
     # 0126_testWORD_EMFAndAttachments.docx (Apache Tika): a PDF (OLE CONTENTS stream), a text
     # file (OLE Ole10Native package) and a DOCX stored as a package part
-    doc = parse_bytes(_real("docx/0126_testWORD_EMFAndAttachments.docx"), "attachments.docx")
+    doc = parse_bytes(realdoc("docx/0126_testWORD_EMFAndAttachments.docx"), "attachments.docx")
     names = [e["name"] for e in doc.metadata["embedded"]]
     assert names == ["word/embeddings/oleObject2.pdf", "TestText.txt", "word/embeddings/Microsoft_Word_Document.docx"]
     assert [e["parser"] for e in doc.metadata["embedded"]] == ["pdf", "text", "docx"]
@@ -167,7 +156,7 @@ def test_real_wps_attachments_include_legacy_ole_documents():
     # 0134_testWPSAttachment.docx (Apache Tika): WPS Office embeds XML/PDF/TXT as Ole10Native
     # packages, OOXML files in OLE "Package" streams and .doc/.xls/.ppt as whole OLE files; the
     # body itself has no text, so this file was "empty" before
-    doc = parse_bytes(_real("docx/0134_testWPSAttachment.docx"), "wps.docx")
+    doc = parse_bytes(realdoc("docx/0134_testWPSAttachment.docx"), "wps.docx")
     contents = {b.text for b in doc.blocks if b.kind != BlockKind.HEADING or b.metadata.get("embedded_from")}
     for text in ("xml_content", "pdf_content", "txt_content", "docx_content", "doc_content", "xls_content"):
         assert any(text in t for t in contents), text
@@ -176,7 +165,7 @@ def test_real_wps_attachments_include_legacy_ole_documents():
 
 def test_real_pptx_pdfs_follow_their_slide():
     # 0699_testPPT_EmbeddedPDF.pptx (Apache Tika): two PDFs embedded as OLE objects on slide 1
-    doc = parse_bytes(_real("pptx/0699_testPPT_EmbeddedPDF.pptx"), "pdfs.pptx")
+    doc = parse_bytes(realdoc("pptx/0699_testPPT_EmbeddedPDF.pptx"), "pdfs.pptx")
     headings = [b.text for b in doc.blocks if b.kind == BlockKind.HEADING and b.metadata.get("embedded_from")]
     assert headings[:2] == ["oleObject2.pdf (slide 1)", "oleObject1.pdf (slide 1)"]
     assert any(b.text == "Hello World" for b in doc.blocks)
@@ -185,7 +174,7 @@ def test_real_pptx_pdfs_follow_their_slide():
 
 def test_real_xlsx_embedded_pdf_and_documents_follow_their_sheet():
     # 0872_testExcel_embeddedPDF.xlsx (Apache Tika): an Acrobat OLE object on an empty sheet
-    doc = parse_bytes(_real("xlsx/0872_testExcel_embeddedPDF.xlsx"), "pdf.xlsx")
+    doc = parse_bytes(realdoc("xlsx/0872_testExcel_embeddedPDF.xlsx"), "pdf.xlsx")
     assert doc.metadata["embedded"][0]["parser"] == "pdf"
     assert doc.blocks[0].kind == BlockKind.HEADING
     assert doc.blocks[1].text.endswith("(sheet Sheet1)")

@@ -6,24 +6,14 @@ from __future__ import annotations
 import contextlib
 import io
 import zipfile
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from include.contract import BlockKind, ParseError
-from tests.parsers.conftest import parse_bytes
+from tests.parsers.conftest import parse_bytes, realdoc
 from tests.parsers.ooxml import strictify
-
-REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
-
-
-def _real(rel: str) -> bytes:
-    path = REALDOCS / rel
-    if not path.exists():
-        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
-    return path.read_bytes()
 
 
 def _docx_bytes() -> bytes:
@@ -71,13 +61,13 @@ def _pptx_bytes() -> bytes:
 def test_real_strict_docx_files():
     # 0117_7691.docx (Apache Tika) and 0157_strict-format.docx (python-docx issue files): Word's
     # Strict saves; were "KeyError: no relationship of type .../officeDocument"
-    assert [b.text for b in parse_bytes(_real("docx/0117_7691.docx"), "7691.docx").blocks] == ["Some text"]
-    assert [b.text for b in parse_bytes(_real("docx/0157_strict-format.docx"), "s.docx").blocks] == ["Test"]
+    assert [b.text for b in parse_bytes(realdoc("docx/0117_7691.docx"), "7691.docx").blocks] == ["Some text"]
+    assert [b.text for b in parse_bytes(realdoc("docx/0157_strict-format.docx"), "s.docx").blocks] == ["Test"]
 
 
 def test_real_strict_xlsx_file():
     # 0875_testEXCEL.strict.xlsx (Apache Tika): three sheets; was reported empty
-    doc = parse_bytes(_real("xlsx/0875_testEXCEL.strict.xlsx"), "strict.xlsx")
+    doc = parse_bytes(realdoc("xlsx/0875_testEXCEL.strict.xlsx"), "strict.xlsx")
     assert doc.metadata["sheets"] == ["First Sheet", "Sheet Number 2"]  # Sheet3 is empty
     rows = [b.rows[0] for b in doc.blocks if b.kind == BlockKind.TABLE]
     assert ["2nd row", "2nd row 2nd column"] in rows

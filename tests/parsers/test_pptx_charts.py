@@ -4,23 +4,11 @@ python-pptx, real charts in PPTX and XLSX files, and a hostile chart part."""
 from __future__ import annotations
 
 import io
-from pathlib import Path
-
-import pytest
 
 from include.contract import BlockKind
 from plugins.parsers._common import Deadline
 from plugins.parsers._ooxml_charts import MAX_POINTS, chart_table
-from tests.parsers.conftest import parse_bytes
-
-REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs"
-
-
-def _real(rel: str) -> bytes:
-    path = REALDOCS / rel
-    if not path.exists():
-        pytest.skip(f"{path} absent (the real-document corpus is not on this machine)")
-    return path.read_bytes()
+from tests.parsers.conftest import parse_bytes, realdoc
 
 
 def _chart_deck() -> bytes:
@@ -64,19 +52,19 @@ def test_python_pptx_chart_becomes_a_table_on_its_slide():
 
 def test_real_pptx_charts():
     # 0724_testPPT_various2.pptx (Apache Tika): a clustered bar chart with three series on slide 3
-    doc = parse_bytes(_real("pptx/0724_testPPT_various2.pptx"), "various2.pptx")
+    doc = parse_bytes(realdoc("pptx/0724_testPPT_various2.pptx"), "various2.pptx")
     table = next(b for b in doc.blocks if b.metadata.get("chart"))
     assert table.header == ["SLIDE3ChartTitle", "Series 1", "Series 2", "Series 3"]
     assert table.rows[0] == ["Category 1", "4.3", "2.4", "2"]
     assert len(table.rows) == 4
     # 0665_test.pptx (python-pptx): numeric categories 2000-2003
-    chart = next(b for b in parse_bytes(_real("pptx/0665_test.pptx"), "t.pptx").blocks if b.metadata.get("chart"))
+    chart = next(b for b in parse_bytes(realdoc("pptx/0665_test.pptx"), "t.pptx").blocks if b.metadata.get("chart"))
     assert [r[0] for r in chart.rows] == ["2000", "2001", "2002", "2003"]
 
 
 def test_real_xlsx_chart_after_its_sheet():
     # 0856_testEXCEL_charts.xlsx (Apache Tika): a pie chart over the sheet's monthly numbers
-    doc = parse_bytes(_real("xlsx/0856_testEXCEL_charts.xlsx"), "charts.xlsx")
+    doc = parse_bytes(realdoc("xlsx/0856_testEXCEL_charts.xlsx"), "charts.xlsx")
     table = next(b for b in doc.blocks if b.metadata.get("chart"))
     assert table.metadata["chart"] == "pieChart"
     assert table.header == ["wants a peach", "NUMBER"]

@@ -22,6 +22,7 @@ from include.contract import BlockKind, ParseError, ParseErrorCode
 from plugins.parsers.registry import ParseContext
 from plugins.parsers.rtf import parse_rtf
 from tests.parsers.conftest import SOFFICE, needs_soffice, parse_bytes
+from tests.parsers.mutations import mutated_bytes
 
 REALDOCS = Path(__file__).resolve().parents[2].parent / "shared" / "realdocs" / "rtf"
 
@@ -384,24 +385,8 @@ def test_fuzzed_rtf_raises_only_parse_errors_within_budget():
     import time
 
     from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     seeds = _rtf_seeds()
-
-    @st.composite
-    def mutated(draw: st.DrawFn) -> bytes:
-        data = bytearray(seeds[draw(st.integers(0, len(seeds) - 1))])
-        for _ in range(draw(st.integers(1, 3))):
-            op = draw(st.sampled_from(["flip", "truncate", "insert"]))
-            if op == "flip" and data:
-                for _ in range(draw(st.integers(1, 8))):
-                    data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
-            elif op == "truncate":
-                del data[draw(st.integers(0, len(data))) :]
-            else:
-                at = draw(st.integers(0, len(data)))
-                data[at:at] = draw(st.sampled_from(_RTF_JUNK)) * draw(st.integers(1, 300))
-        return bytes(data)
 
     @settings(
         max_examples=300,
@@ -410,7 +395,7 @@ def test_fuzzed_rtf_raises_only_parse_errors_within_budget():
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(data=mutated())
+    @given(data=mutated_bytes(seeds, _RTF_JUNK, 300))
     def run(data: bytes) -> None:
         started = time.monotonic()
         with contextlib.suppress(ParseError):
