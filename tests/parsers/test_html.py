@@ -161,7 +161,7 @@ def test_hidden_elements_dropped():
     assert doc.text == "shown"
 
 
-def test_page_landmark_roles_dropped_only_outside_the_main_content():
+def test_page_landmark_roles_dropped_only_outside_the_main_content() -> None:
     # Bing marks each result's caption role="contentinfo" inside <main>: it is the content
     page = """<body><div role="banner">Site banner</div>
 <main><ol><li><h2>Microsoft - Wikipedia</h2><div role="contentinfo">Microsoft Corporation is a company.</div></li>
@@ -174,7 +174,7 @@ def test_page_landmark_roles_dropped_only_outside_the_main_content():
     assert "Copyright 2024" not in text
 
 
-def test_blocks_nested_in_inline_context_do_not_run_words_together():
+def test_blocks_nested_in_inline_context_do_not_run_words_together() -> None:
     # a search result: the URL in a <div> inside the link, the title in an <h2>, in one <li>
     page = """<body><main><ol><li><a href="/r"><div><cite>https://en.wikipedia.org/wiki/Microsoft</cite></div></a>
 <h2>Microsoft - Wikipedia</h2><div>Microsoft is a company.</div></li></ol>
