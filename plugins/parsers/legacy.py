@@ -13,15 +13,15 @@ budget and is killed whole when it overruns.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import struct
 import subprocess
 import tempfile
-import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import olefile
@@ -35,17 +35,30 @@ __all__ = ["convert_with_libreoffice", "parse_legacy"]
 
 _TARGETS = {DOC: ("docx", DOCX), XLS: ("xlsx", XLSX), PPT: ("pptx", PPTX)}
 _EXT = {DOC: "doc", XLS: "xls", PPT: "ppt"}
-# one LibreOffice profile per process, used by one conversion at a time (it locks its profile)
-_LOCK = threading.Lock()
+# LibreOffice locks its profile, and its first start in a new profile is the slow one (seconds).
+# Profiles are slots shared by every process of this user: a conversion takes the first slot
+# whose lock is free (flock, released by the kernel when a process dies), so there are as many
+# warm profiles as conversions ever ran at once, forked parser children included (a profile per
+# pid gave each child a cold one, and a child leaving by os._exit never removed it).
+_MAX_PROFILE_SLOTS = 64
 
 
-def _profile_dir() -> Path:
-    path = Path(tempfile.gettempdir()) / f"tributary-lo-{os.getuid()}-{os.getpid()}"
-    if not path.exists():
-        path.mkdir(parents=True)
-        # the profile lives as long as this process (LibreOffice's first start is the slow one)
-        atexit.register(shutil.rmtree, path, True)
-    return path
+@contextlib.contextmanager
+def _profile_slot() -> Iterator[Path]:
+    base = Path(tempfile.gettempdir())
+    for slot in range(_MAX_PROFILE_SLOTS):
+        lock = open(base / f"tributary-lo-profile-{os.getuid()}-{slot}.lock", "a")  # noqa: SIM115 - held while converting
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        try:
+            yield base / f"tributary-lo-profile-{os.getuid()}-{slot}"
+        finally:
+            lock.close()  # closing the descriptor releases the lock
+        return
+    raise ParseError(ParseErrorCode.TIMEOUT, f"all {_MAX_PROFILE_SLOTS} LibreOffice profiles are busy")
 
 
 def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout: float) -> bytes:
@@ -55,7 +68,7 @@ def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout
         raise ParseError(
             ParseErrorCode.UNSUPPORTED, f"legacy format .{src_ext}: LibreOffice (soffice) is not installed"
         )
-    with _LOCK, tempfile.TemporaryDirectory(prefix="tributary-conv-") as tmp:
+    with _profile_slot() as profile, tempfile.TemporaryDirectory(prefix="tributary-conv-") as tmp:
         src = Path(tmp) / f"input.{src_ext}"
         src.write_bytes(data)
         cmd = [
@@ -64,7 +77,7 @@ def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout
             "--norestore",
             "--nologo",
             "--nolockcheck",
-            f"-env:UserInstallation={_profile_dir().as_uri()}",
+            f"-env:UserInstallation={profile.as_uri()}",
             "--convert-to",
             target_ext,
             "--outdir",
