@@ -10,12 +10,14 @@ Bounds: at most ``ocr.max_pages`` pages are OCR'd (the rest are listed in ``skip
 rendered at ``ocr.dpi`` unless that makes more than ``ocr.max_pixels`` pixels, in which case it
 is rendered smaller to fit (a 200-inch page box at 300 dpi would be 3.6 G pixels); a page so large
 that fitting it leaves under 72 dpi, or with no area, is not OCR'd and is listed in ``refused``.
-The deadline is checked before every page and bounds each tesseract run.
+The deadline is checked before every page and bounds each tesseract run; OCR stops while
+``_TIME_RESERVE`` of the budget is left (the pages not reached are listed in ``out_of_time``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,8 @@ __all__ = ["PdfOcrResult", "ocr_pdf_pages"]
 _POINTS_PER_INCH = 72.0
 # below this a page's text is a few pixels high and tesseract reads noise
 _MIN_DPI = 72.0
+# share of the document's time budget OCR leaves for the rest of the parse (layout, tables, blocks)
+_TIME_RESERVE = 0.15
 
 
 @dataclass(slots=True)
@@ -46,6 +50,8 @@ class PdfOcrResult:
     engine: str = ""
     skipped: list[int] = field(default_factory=list)
     refused: dict[int, str] = field(default_factory=dict)
+    # pages left when the time budget (less a reserve for the rest of the parse) ran short
+    out_of_time: list[int] = field(default_factory=list)
     dpi: int = 0
 
 
@@ -63,21 +69,34 @@ def ocr_pdf_pages(
         return result
     wanted = list(dict.fromkeys(page_indices))  # once each, in the order asked
     result.skipped = wanted[settings.max_pages :]
-    for index in wanted[: settings.max_pages]:
-        deadline.check(f"OCR of page {index + 1}")
-        page = pdf[index]
-        try:
-            scale, refusal = _render_scale(page.get_size(), settings)
-            if refusal:
-                result.refused[index] = refusal
-                continue
-            image = page.render(scale=scale, grayscale=True).to_pil()
-        finally:
-            page.close()
-        lines = ocr_image(image, settings, deadline)
-        del image  # the bitmap is the large part: free it before the next page renders
-        result.pages[index] = [_in_points(line, scale) for line in lines]
+    # OCR stops while the rest of the parse still has time: a long scan keeps the pages it read
+    # (the others listed in ``out_of_time``) instead of losing them all to the document's timeout
+    reserve = _TIME_RESERVE * deadline.seconds
+    slowest = 0.0
+    for position, index in enumerate(wanted[: settings.max_pages]):
+        if deadline.remaining - reserve < max(slowest, 1.0):
+            result.out_of_time = wanted[position : settings.max_pages]
+            break
+        started = time.monotonic()
+        _ocr_page(pdf, index, settings, Deadline(deadline.remaining - reserve), result)
+        slowest = max(slowest, time.monotonic() - started)
     return result
+
+
+def _ocr_page(pdf: Any, index: int, settings: OcrSettings, deadline: Deadline, result: PdfOcrResult) -> None:
+    """Render and OCR one page into ``result`` (or record why it was not rendered)."""
+    page = pdf[index]
+    try:
+        scale, refusal = _render_scale(page.get_size(), settings)
+        if refusal:
+            result.refused[index] = refusal
+            return
+        image = page.render(scale=scale, grayscale=True).to_pil()
+    finally:
+        page.close()
+    lines = ocr_image(image, settings, deadline)
+    del image  # the bitmap is the large part: free it before the next page renders
+    result.pages[index] = [_in_points(line, scale) for line in lines]
 
 
 def _render_scale(size: tuple[float, float], settings: OcrSettings) -> tuple[float, str]:

@@ -222,7 +222,17 @@ def _run_ocr(pdf: Any, pages: list[_Page], wanted: list[int], ctx: ParseContext,
         ]
         pages[index] = _Page(lines, pages[index].height, [], image_only=False)  # OCR'd, text or not
         done.append(index + 1)
-    return {"ocr_used": bool(done), "ocr_engine": result.engine, "ocr_pages": done[:_MAX_OCR_PAGES_LISTED]}
+    facts: dict[str, Any] = {
+        "ocr_used": bool(done),
+        "ocr_engine": result.engine,
+        "ocr_pages": done[:_MAX_OCR_PAGES_LISTED],
+    }
+    # pages OCR did not reach stay image-only (needs OCR); lineage says which and why
+    not_read = sorted(result.skipped + result.out_of_time)
+    if not_read:
+        facts["ocr_pages_skipped"] = [i + 1 for i in not_read][:_MAX_OCR_PAGES_LISTED]
+        facts["ocr_skipped_reason"] = "time budget" if result.out_of_time else "ocr.max_pages"
+    return facts
 
 
 # page numbers listed in ``ocr_pages``: 200 of up to 4 digits stay a list within the 2,000

@@ -443,3 +443,20 @@ def test_real_scanned_pdfs_from_other_projects(origin: str, expected: str) -> No
     assert pdf[0].get_textpage().get_text_range().strip() == ""  # a scan: no text layer
     result = ocr_pdf_pages(pdf, [0], {}, Deadline(60))
     assert expected in join_lines(result.pages[0])
+
+
+@needs_tesseract
+def test_ocr_stops_while_the_parse_still_has_time_and_lists_the_pages_left() -> None:
+    import pypdfium2 as pdfium
+
+    out = io.BytesIO()
+    pages = [Image.new("L", (400, 400), 255) for _ in range(3)]
+    pages[0].save(out, "PDF", save_all=True, append_images=pages[1:])
+    pdf = pdfium.PdfDocument(out.getvalue())
+    try:
+        # 10 s budget with 9 s gone: 1 s left is less than the 15% kept for the rest of the parse
+        nearly_spent = Deadline(10.0, started=time.monotonic() - 9.0)
+        result = ocr_pdf_pages(pdf, [0, 1, 2], {}, nearly_spent)
+    finally:
+        pdf.close()
+    assert result.pages == {} and result.out_of_time == [0, 1, 2]
