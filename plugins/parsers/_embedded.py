@@ -25,6 +25,7 @@ from typing import Any
 
 from include.contract import Block, BlockKind, ParsedDocument, ParseError, RawDocument
 from plugins.parsers._common import Limits
+from plugins.parsers.registry import EMBEDDED_IMAGES, parse_document
 
 __all__ = ["EmbeddedFile", "EmbeddedResult", "embedded_images_wanted", "parse_embedded"]
 
@@ -66,8 +67,6 @@ class EmbeddedResult:
 
 def embedded_images_wanted(options: Mapping[str, Any]) -> bool:
     """Whether images inside documents should be OCR'd (``engines: {embedded_images: ocr}``)."""
-    from plugins.parsers.registry import EMBEDDED_IMAGES
-
     return ((options.get("engines") or {}).get(EMBEDDED_IMAGES) or "off") == "ocr"
 
 
@@ -79,8 +78,6 @@ def parse_embedded(
     ``options`` are the container's own parse options; ``heading_path`` the headings the
     embedded blocks should sit under (the container's path at the place of the file).
     """
-    from plugins.parsers.registry import parse_document  # the registry imports the parsers
-
     limits = Limits.from_options(options)
     depth = int(options.get(_DEPTH, 0)) + 1
     files_left = int(options.get(_FILES_LEFT, limits.embed_max_files))

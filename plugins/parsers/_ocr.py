@@ -111,7 +111,7 @@ class OcrLine:
 @functools.cache
 def _installed() -> tuple[str, frozenset[str]] | str:
     """(version, languages) of the tesseract on PATH, or why there is none; asked once a process."""
-    import pytesseract
+    import pytesseract  # loads only when OCR runs: most documents never need it
 
     try:
         version = str(pytesseract.get_tesseract_version()).split()[0]
@@ -149,14 +149,14 @@ def ocr_image(image: Image.Image, settings: OcrSettings, deadline: Deadline) -> 
     The tesseract process gets what is left of ``deadline`` as its timeout; running over it is
     ``ParseError(timeout)``. Boxes are in pixels of ``image``.
     """
-    import pytesseract
+    import pytesseract  # loads only when OCR runs: most documents never need it
 
     deadline.check("before OCR")
     prepared = _grey(image)
     # pytesseract hands tesseract this process's environment (no per-call env). One OpenMP thread
     # unless the operator set one: workers parallelise by processes, and tesseract's spinning
     # OpenMP threads made a Chinese page 3.5x slower on a busy 2-core machine (25.7 s vs 7.2 s)
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+    os.environ["OMP_THREAD_LIMIT"] = os.environ.get("OMP_THREAD_LIMIT", "1")
     try:
         data = pytesseract.image_to_data(
             prepared,

@@ -63,7 +63,7 @@ def _joined(value: Any) -> str:
 
 
 def _html_text(fragment: str) -> str:
-    from lxml import html as lxml_html
+    from lxml import html as lxml_html  # only for outputs that are HTML alone
 
     try:
         el = lxml_html.fragment_fromstring(fragment, create_parent="div")

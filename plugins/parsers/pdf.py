@@ -44,7 +44,9 @@ from typing import Any
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
 from plugins.parsers._embedded import EmbeddedFile, parse_embedded
+from plugins.parsers._pdf_fallback import read_with_pypdf
 from plugins.parsers._pdf_layout import Line, furniture, lines_of, norm, page_chars, paragraphs
+from plugins.parsers._pdf_ocr import ocr_pdf_pages
 from plugins.parsers._pdf_tables import Table, find_tables
 from plugins.parsers.registry import ParseContext, register_parser
 
@@ -203,10 +205,6 @@ def _run_ocr(pdf: Any, pages: list[_Page], wanted: list[int], ctx: ParseContext,
 
     Called with the pdfium lock held: the OCR module renders pages through the same pdfium.
     """
-    try:
-        from plugins.parsers._pdf_ocr import ocr_pdf_pages  # tesseract and its images load only for OCR
-    except ImportError as exc:
-        return {"ocr_unavailable": f"OCR module not installed ({exc})"}
     result = ocr_pdf_pages(pdf, wanted, ctx.options, deadline)
     if result.unavailable:
         return {"ocr_unavailable": result.unavailable}
@@ -449,8 +447,4 @@ def parse_pdf(data: bytes, ctx: ParseContext) -> ParsedDocument:
 
 def _fallback(data: bytes, ctx: ParseContext, password: str | None, refused: _Refused) -> ParsedDocument:
     """A file pdfium refused goes to pypdf, which opens it or raises the typed error itself."""
-    try:
-        from plugins.parsers._pdf_fallback import read_with_pypdf  # pypdf loads only for refused files
-    except ImportError:
-        raise refused.error from refused
     return read_with_pypdf(data, ctx, password, refused.reason)

@@ -17,7 +17,7 @@ import zipfile
 
 import olefile
 
-from plugins.parsers.registry import BINARY_TYPES, register_sniffer
+from plugins.parsers.registry import BINARY_TYPES, get_parser, register_sniffer
 
 __all__ = [
     "DOCX",
@@ -295,8 +295,6 @@ def _xml_kind(text: str) -> str | None:
     if root.lower() in _HTML_ELEMENTS and not declared:
         return None
     if root == "office:document":
-        from plugins.parsers.registry import get_parser  # loaded by now: sniffers run after the builtins
-
         flat = _FLAT_ODF.search(text[:4096])
         if flat and get_parser(f"{flat.group(1)}-flat-xml") is not None:
             return f"{flat.group(1)}-flat-xml"

@@ -83,22 +83,17 @@ def test_depth_file_and_byte_caps_skip_with_a_reason() -> None:
     assert len(by_count.parsed) == 1 and len(by_count.skipped) == 2
 
 
-def test_nested_parses_inherit_what_is_left_of_the_allowance() -> None:
+def test_nested_parses_inherit_what_is_left_of_the_allowance(monkeypatch: pytest.MonkeyPatch) -> None:
     # the nested parse sees depth 1 and the allowance minus what this level handed over
     seen: list[dict] = []
-    from plugins.parsers import registry
-
-    real = registry.parse_document
+    from plugins.parsers import _embedded
 
     def spy(raw, options=None):
         seen.append(dict(options or {}))
-        return real(raw, options)
+        return parse_document(raw, options)
 
-    registry.parse_document = spy
-    try:
-        parse_embedded([EmbeddedFile("a.txt", b"x" * 10), EmbeddedFile("b.txt", b"y")], {"embed_max_total": 50})
-    finally:
-        registry.parse_document = real
+    monkeypatch.setattr(_embedded, "parse_document", spy)
+    parse_embedded([EmbeddedFile("a.txt", b"x" * 10), EmbeddedFile("b.txt", b"y")], {"embed_max_total": 50})
     assert [(o["_embed_depth"], o["_embed_bytes_left"], o["_embed_chain"]) for o in seen] == [
         (1, 40, ["a.txt"]),
         (1, 39, ["b.txt"]),

@@ -151,8 +151,16 @@ def test_connectors_read_no_environment_and_get_credentials_from_connections() -
 
 
 def test_other_code_reads_only_tributary_and_service_variables() -> None:
-    # OMP_WAIT_POLICY: the local embedder sets it (unless set) for the OpenMP runtime of its model
-    allowed = ("TRIBUTARY_", "AIRFLOW_", "ELASTICSEARCH_URL", "ELASTICSEARCH_API_KEY", "OMP_WAIT_POLICY")
+    # OMP_WAIT_POLICY: the local embedder sets it (unless set) for the OpenMP runtime of its model;
+    # OMP_THREAD_LIMIT: OCR sets it (unless set) for tesseract's OpenMP threads
+    allowed = (
+        "TRIBUTARY_",
+        "AIRFLOW_",
+        "ELASTICSEARCH_URL",
+        "ELASTICSEARCH_API_KEY",
+        "OMP_WAIT_POLICY",
+        "OMP_THREAD_LIMIT",
+    )
     files = [*sorted((ROOT / "include").rglob("*.py")), *sorted((ROOT / "plugins").rglob("*.py"))]
     seen: dict[str, list[tuple[int, str | None]]] = {}
     for path in files:
