@@ -266,10 +266,21 @@ def test_bad_ocr_options_are_typed() -> None:
 
 
 @needs_tesseract
-def test_tesseract_timeout_is_a_typed_timeout(english: PageFixture) -> None:
+def test_tesseract_timeout_is_a_typed_timeout(english: PageFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytesseract
+
+    given: dict[str, float] = {}
+
+    def killed(*args: object, timeout: float = 0, **kwargs: object) -> None:
+        given["timeout"] = timeout
+        raise RuntimeError("Tesseract process timeout")  # what pytesseract raises when it kills tesseract
+
+    # no race against the clock: tesseract is "killed" at once, and the time it was given is checked
+    monkeypatch.setattr(pytesseract, "image_to_data", killed)
     with pytest.raises(ParseError) as err:
-        ocr_image(english[1], OcrSettings(), Deadline(0.2))
+        ocr_image(english[1], OcrSettings(), Deadline(30.0))
     assert err.value.code is ParseErrorCode.TIMEOUT
+    assert 0.5 <= given["timeout"] <= 30.0
 
 
 @needs_tesseract
