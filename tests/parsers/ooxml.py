@@ -177,3 +177,16 @@ def add_part(
 PACKAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/package"
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def with_inflated_sheet(xlsx: bytes, spaces: int = 40 << 20) -> bytes:
+    """``xlsx`` whose first worksheet inflates by ``spaces`` bytes of comment (a zip-ratio bomb)."""
+    src = zipfile.ZipFile(io.BytesIO(xlsx))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == "xl/worksheets/sheet1.xml":
+                body = body.replace(b"</sheetData>", b"</sheetData><!--" + b" " * spaces + b"-->")
+            dst.writestr(info.filename, body, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+    return out.getvalue()

@@ -5,11 +5,10 @@ legacy documents), the depth cap and a zip bomb inside an otherwise good documen
 from __future__ import annotations
 
 import io
-import zipfile
 
 from include.contract import BlockKind
 from tests.parsers.conftest import needs_soffice, parse_bytes, realdoc
-from tests.parsers.ooxml import DOCX_TYPE, PACKAGE_REL, XLSX_TYPE, add_part
+from tests.parsers.ooxml import DOCX_TYPE, PACKAGE_REL, XLSX_TYPE, add_part, with_inflated_sheet
 
 IMAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"
 
@@ -85,16 +84,8 @@ def test_nesting_past_embed_max_depth_is_cut_off():
 def test_zip_bomb_embedded_in_a_good_document_fails_alone():
     # a workbook whose sheet inflates 40 MiB from ~40 KB: the nested parse meets the same zip
     # caps as a top-level file; the outer document keeps its own text
-    good = _xlsx([["a", "b"]])
-    src = zipfile.ZipFile(io.BytesIO(good))
-    bomb = io.BytesIO()
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            body = src.read(info)
-            if info.filename == "xl/worksheets/sheet1.xml":
-                body = body.replace(b"</sheetData>", b"</sheetData><!--" + b" " * (40 << 20) + b"-->")
-            dst.writestr(info.filename, body, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
-    data = _embed_in_docx(_docx("Cover letter."), "bomb.xlsx", bomb.getvalue(), XLSX_TYPE)
+    bomb = with_inflated_sheet(_xlsx([["a", "b"]]))
+    data = _embed_in_docx(_docx("Cover letter."), "bomb.xlsx", bomb, XLSX_TYPE)
     doc = parse_bytes(data, "letter.docx")
     assert [b.text for b in doc.blocks] == ["Cover letter."]
     [failed] = doc.metadata["embedded_failed"]
