@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-
 import pypdfium2 as pdfium
 import pytest
 
 from include.contract import BlockKind, ParseError, ParseErrorCode
+from plugins.parsers._ocr import ocr_available
 from tests.parsers.conftest import parse_bytes
 from tests.parsers.pdfgen import build_pdf
 from tests.parsers.test_pdf_tables import _real
@@ -62,10 +60,10 @@ def test_unknown_engine_refused():
     assert err.value.code == ParseErrorCode.UNSUPPORTED
 
 
-_OCR = importlib.util.find_spec("plugins.parsers._pdf_ocr") is not None and shutil.which("tesseract")
+_OCR_MISSING = ocr_available("chi_sim+eng")  # None when tesseract and both models are installed
 
 
-@pytest.mark.skipif(not _OCR, reason="plugins.parsers._pdf_ocr or the tesseract binary absent")
+@pytest.mark.skipif(_OCR_MISSING is not None, reason=f"OCR unavailable: {_OCR_MISSING}")
 def test_auto_engine_ocrs_image_only_pages():
     # markitdown's OCR test file: three scanned pages without a text layer
     doc = parse_bytes(_real("0554_MEDRPT-2024-PAT-3847_medical_report_scan.pdf"), "scan.pdf")
@@ -78,7 +76,7 @@ def test_auto_engine_ocrs_image_only_pages():
     assert all(b.metadata.get("ocr") for b in doc.blocks)
 
 
-@pytest.mark.skipif(not _OCR, reason="plugins.parsers._pdf_ocr or the tesseract binary absent")
+@pytest.mark.skipif(_OCR_MISSING is not None, reason=f"OCR unavailable: {_OCR_MISSING}")
 def test_ocr_engine_replaces_the_text_layer():
     data = build_pdf([[(72, 100, 24, "OCR REPLACES THIS TEXT LAYER")]])
     doc = parse_bytes(data, "a.pdf", engines={"pdf": "ocr"})
