@@ -13,7 +13,11 @@ three places, each in its own Airflow task and possibly its own process:
    (the default calls ``fetch(change)`` per item).
 3. ``close()`` when the task ends.
 
-Besides: ``canonical_key(key)`` for every key a user supplies, ``input_dataset()`` for lineage.
+Besides: ``canonical_key(key)`` for every key a user supplies, ``input_dataset()`` for lineage,
+and optionally ``partitions()``: disjoint parts of the source (a crawler's hosts) that the engine
+may discover in parallel, one ``discover(request)`` with ``request.partition`` set per part, then
+merged into one listing. Partitions come from the options alone (:func:`source_partitions`), so
+the DAG factory can map a task over them at parse time without importing the connector.
 Which operator runs the fetch task is the DAG factory's business (a kind's operator table there),
 not the connector's.
 
@@ -36,7 +40,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -50,9 +54,11 @@ __all__ = [
     "Discovery",
     "DiscoveryRequest",
     "FetchError",
+    "PartitionedOptions",
     "get_connector_class",
     "options_model",
     "register_connector",
+    "source_partitions",
     "validate_source_options",
 ]
 
@@ -96,6 +102,9 @@ class DiscoveryRequest:
     stage: Callable[[str, bytes, str], str] | None = None
     # every indexed key, ``known`` or withheld from it (forced): what ``Discovery.renames`` may rename
     stored: frozenset[str] = frozenset()
+    # one of ``Connector.partitions()``: discover only that part of the source. The Discovery's
+    # ``complete`` and ``all_keys`` then speak for that part alone (the engine merges the parts).
+    partition: str | None = None
 
 
 @dataclass(slots=True)
@@ -149,6 +158,12 @@ class Connector(abc.ABC):
             except Exception as exc:  # a connector bug on one item must not lose the batch
                 failures.append((change.item_key, FetchError(f"{type(exc).__name__}: {exc}")))
         return docs, failures
+
+    def partitions(self) -> list[str]:
+        """Disjoint parts of the source the engine may discover in parallel (``[]``: one
+        discovery, not partitioned). The default asks the options model
+        (:func:`source_partitions`), the same answer the DAG factory gets at parse time."""
+        return source_partitions(self.source)
 
     def canonical_key(self, key: str) -> str:
         """The item key ``key`` names, in the form :meth:`discover` reports keys.
@@ -228,6 +243,24 @@ def validate_source_options(source: SourceConfig) -> EngineOptions:
         return model.model_validate(source.options)
     except ValidationError as exc:
         raise ValueError("; ".join(_describe(e, model) for e in exc.errors(include_input=False))) from None
+
+
+@runtime_checkable
+class PartitionedOptions(Protocol):
+    """An options model that can split its source into parts discovered in parallel."""
+
+    def partitions(self) -> list[str]: ...
+
+
+def source_partitions(source: SourceConfig) -> list[str]:
+    """The partitions of ``source`` from its options model alone (``[]`` for a kind whose options
+    have none, or when there is at most one part). No connector is imported: the DAG factory calls
+    this at parse time to map one task per partition."""
+    options = validate_source_options(source)
+    if not isinstance(options, PartitionedOptions):
+        return []
+    parts = list(options.partitions())
+    return parts if len(parts) > 1 else []
 
 
 def _describe(error: Mapping[str, Any], model: type[EngineOptions]) -> str:

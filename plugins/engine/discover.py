@@ -7,7 +7,8 @@ re-run of this task only rewrites its own files.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from include.config import SourceConfig
 from include.contract import ChangeKind
@@ -34,7 +35,7 @@ from plugins.engine.plan_rules import (
 from plugins.engine.records import RunPlan
 from plugins.parsers.registry import check_engines
 
-__all__ = ["discover_stage", "open_connector", "processing_versions"]
+__all__ = ["Asked", "Asker", "discover_stage", "open_connector", "processing_versions"]
 
 
 def processing_versions(source: SourceConfig) -> dict[str, Any]:
@@ -92,10 +93,28 @@ def _already_planned(ctx: RunContext, store: StateStore, staging: StagingArea) -
     return None
 
 
+class Asked(NamedTuple):
+    """What asking the source returned: its discovery, the request, the forced keys, and where
+    the digests of staged bytes are when another staging instance staged them (partitions)."""
+
+    found: Discovery
+    request: DiscoveryRequest
+    forced: set[str]
+    staged_digest: Callable[[str | None], dict[str, Any] | None] | None = None
+
+
+# (ctx, staging, states, processing hash) -> Asked: one connector call, or merged partitions
+Asker = Callable[[RunContext, StagingArea, dict[str, ItemState], str], Asked]
+
+
 def _discover(
-    ctx: RunContext, staging: StagingArea, states: dict[str, ItemState], processing: str
-) -> tuple[Discovery, DiscoveryRequest, set[str]]:
-    """Ask the connector what changed: (its discovery, the request, the forced keys)."""
+    ctx: RunContext,
+    staging: StagingArea,
+    states: dict[str, ItemState],
+    processing: str,
+    partition: str | None = None,
+) -> Asked:
+    """Ask the connector what changed (in ``partition`` only, when given)."""
     params, source = ctx.params, ctx.source
     with open_connector(ctx) as connector:
         # Before anything compares them with stored state: a key spelled differently from the
@@ -111,8 +130,9 @@ def _discover(
             only_keys=params.only_keys,
             stage=staging.stage_raw,
             stored=frozenset(key for key, st in states.items() if st.indexed),
+            partition=partition,
         )
-        return connector.discover(request), request, forced
+        return Asked(connector.discover(request), request, forced)
 
 
 def _guard_mass_delete(ctx: RunContext, store: StateStore, deletions: int, states: dict[str, ItemState]) -> None:
@@ -139,8 +159,11 @@ def _begin_rebuild(ctx: RunContext) -> None:
         index.close()
 
 
-def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
-    """Plan the run (once: a re-run of this task returns the plan it already wrote)."""
+def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None) -> dict[str, Any]:
+    """Plan the run (once: a re-run of this task returns the plan it already wrote).
+
+    ``ask`` replaces the connector call (``plugins.engine.partitions``: the merged discoveries
+    of a partitioned source); the plan rules are the same either way."""
     source, params = ctx.source, ctx.params
     staging = ctx.staging  # one instance: it remembers the digests of what discovery staged
     if (planned := _already_planned(ctx, store, staging)) is not None:
@@ -148,10 +171,10 @@ def discover_stage(ctx: RunContext, store: StateStore) -> dict[str, Any]:
     check_engines(source.parser)  # a typo in parser.engines fails here, before any document
     states = store.items(source.source_id)
     processing = source.processing_hash(processing_versions(source))
-    found, request, forced = _discover(ctx, staging, states, processing)
+    found, request, forced, staged_digest = (ask or _discover)(ctx, staging, states, processing)
     renames = apply_renames(states, forced, found.renames)
     limits = (source.engine_options.quarantine_after, request.max_items)
-    sorted_ = classify_changes(found.changes, states, forced, params, limits, staging.staged_digest)
+    sorted_ = classify_changes(found.changes, states, forced, params, limits, staged_digest or staging.staged_digest)
     skipped = sorted_.skipped + connector_skips(found.stats)
     failed = discovery_failures(found.stats, sorted_.items)
     listing = found.all_keys if found.complete and not params.only_keys else None

@@ -25,11 +25,11 @@ from plugins.engine.context import RunContext, RunParams
 from plugins.engine.discover import open_connector
 from plugins.engine.embed import EmbedderFactory
 from plugins.engine.manifests import next_manifest_path
+from plugins.engine.partitions import discover_run
 from plugins.engine.steps import (
     ChunkStep,
     CommitStep,
     ConnectorOpener,
-    DiscoverStep,
     EmbedStep,
     FetchStep,
     FinishStep,
@@ -74,7 +74,7 @@ def run_pipeline(
     own_store = store is None
     store = store or open_state_store()
     try:
-        plan = DiscoverStep(ctx).run(store)
+        plan = discover_run(ctx, store)  # one discover step, or a partitioned source's parallel crawl
         if not plan.closed:
             _process_batches(ctx, store, plan.batches, embedder_factory)
         commit = CommitStep(ctx, lambda: _open_index(source)).run(store)

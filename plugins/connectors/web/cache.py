@@ -13,6 +13,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ class LinkCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
@@ -95,13 +96,21 @@ class LinkCache:
             self._flush_locked()
             self._db.execute("DELETE FROM pages WHERE url = ?", (url,))
 
-    def retain(self, urls: set[str]) -> int:
+    def retain(self, urls: set[str], owned: Callable[[str], bool] | None = None) -> int:
         """Drop pages not in ``urls`` (after a complete crawl: they left the site's link graph).
-        Returns how many were dropped."""
+        With ``owned`` (a partition's crawl), only pages it owns are candidates: the other
+        partitions' rows stay. Returns how many were dropped."""
         with self._lock:
             self._flush_locked()
+            if owned is not None:
+                rows = [r[0] for r in self._db.execute("SELECT url FROM pages")]
+                gone = [(u,) for u in rows if u not in urls and owned(u)]
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany("DELETE FROM pages WHERE url = ?", gone)
+                self._db.execute("COMMIT")
+                return len(gone)
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS keep (url TEXT PRIMARY KEY)")
-            self._db.execute("BEGIN")
+            self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM keep")
             self._db.executemany("INSERT OR IGNORE INTO keep VALUES (?)", ((u,) for u in urls))
             dropped = self._db.execute("DELETE FROM pages WHERE url NOT IN (SELECT url FROM keep)").rowcount
@@ -115,7 +124,9 @@ class LinkCache:
     def _flush_locked(self) -> None:
         if not self._pending:
             return
-        self._db.execute("BEGIN")
+        # IMMEDIATE: partitions crawled in parallel write one file; take the write lock up front
+        # so a busy peer is waited for (busy timeout), never a deadlocked upgrade
+        self._db.execute("BEGIN IMMEDIATE")
         self._db.executemany("INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?)", self._pending)
         self._db.execute("COMMIT")
         self._pending.clear()

@@ -131,21 +131,47 @@ class WebConnector(Connector):
     def discover(self, request: DiscoveryRequest) -> Discovery:
         return _run(self._discover(request))
 
-    async def _discover(self, request: DiscoveryRequest) -> Discovery:
+    def _partition_seeds(self, partition: str, seeds: list[str]) -> list[str]:
+        """The seeds of ``seeds`` whose scope unit is in ``partition``. Seeds of no current
+        partition (an ``only_keys`` page on another host) go to the first partition, so every
+        named page is fetched exactly once."""
+        units = set(partition.split(","))
+        scope = Scope(self.options.seeds, self.options.scope)
+        current = {u for p in self.partitions() for u in p.split(",")}
+        first = bool(self.partitions()) and partition == self.partitions()[0]
+        return [s for s in seeds if scope.key(s) in units or (first and scope.key(s) not in current)]
+
+    def _crawl_options(self, request: DiscoveryRequest) -> WebOptions | None:
+        """The options of this crawl: the named pages only (``only_keys``), and/or the seeds of
+        one partition; None when the partition has no seed (a partition of an older config)."""
         options = self.options
+        changes: dict[str, Any] = {}
+        seeds = list(options.seeds)
         if request.only_keys:
             # Re-process named pages only: fetch exactly those, follow nothing. The listing is
             # then partial by construction, so it never drives deletions.
-            # Validated, not model_copy'd: the seeds validator canonicalises each key.
             seeds = [self.canonical_key(k) for k in request.only_keys]
-            options = WebOptions.model_validate(
-                {**options.model_dump(), "seeds": seeds, "max_depth": 0, "use_sitemaps": False}
-            )
+            changes.update(max_depth=0, use_sitemaps=False)
+        if request.partition is not None:
+            seeds = self._partition_seeds(request.partition, seeds)
+            if not seeds:
+                return None
+        if seeds == options.seeds and not changes:
+            return options
+        # Validated, not model_copy'd: the seeds validator canonicalises each key.
+        return WebOptions.model_validate({**options.model_dump(), **changes, "seeds": seeds})
+
+    async def _discover(self, request: DiscoveryRequest) -> Discovery:
+        options = self._crawl_options(request)
+        if options is None:
+            return Discovery(changes=[], complete=True, all_keys=set(), stats={"pages": 0})
         fetcher = self._fetcher()
         cache = LinkCache(self._cache_path())
         try:
             known = {} if request.full_resync else request.known
-            crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items)
+            # a partition's crawl leaves the other partitions' hosts (and their cache rows) alone
+            whole = Scope(self.options.seeds, self.options.scope) if request.partition is not None else None
+            crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items, whole)
             fetcher.delay_for = crawler.delay_for
             result = await crawler.run()
         finally:

@@ -102,6 +102,9 @@ _DOC_EXTENSIONS = {
 # Failures that say nothing about whether the page still exists: never a deletion, and the
 # page's links must come from the cache for the crawl to stay complete.
 _TRANSIENT = ("timeout", "connect", "network", "dns", "http_429", "http_5")
+# Links from a partition's pages into another partition, kept for the merge to check (it tells
+# which of them no partition reached); bounded so a link farm cannot bloat the partial listing.
+_MAX_HANDOFFS = 2000
 
 
 def _extension(url: str) -> str:
@@ -133,8 +136,13 @@ class Crawler:
         known: Mapping[str, VersionEvidence],
         stage: Callable[[str, bytes, str], str] | None,
         max_items: int | None = None,
+        whole: Scope | None = None,
     ) -> None:
+        """``whole``: the source's scope when this crawl is one partition of it (``options``
+        then hold that partition's seeds): links into the rest of it are handed off, not followed."""
         self.o = options
+        self.whole = whole
+        self.handoffs: set[str] = set()
         self.fetcher = fetcher
         self.cache = cache
         self.known = known
@@ -186,6 +194,10 @@ class Crawler:
 
     def _skip_reason(self, url: str, depth: int) -> str | None:
         scope_refusal = self.scope.refusal(url)
+        if scope_refusal == "out_of_scope" and self.whole is not None and self.whole.in_scope(url):
+            if len(self.handoffs) < _MAX_HANDOFFS:
+                self.handoffs.add(url)
+            return "skipped_other_partition"
         if scope_refusal:
             return "skipped_downgrade" if scope_refusal == "downgrade" else "skipped_scope"
         if not self.scope.allowed(url):
@@ -229,8 +241,10 @@ class Crawler:
             self.cache.flush()
         self.result.complete = not self._truncated and self._unexpanded == 0
         if self.result.complete and self.o.max_depth is None and not self.o.include and not self.o.exclude:
-            # Forget pages that fell out of the site (only when this crawl saw all of it).
-            self.counts["cache_dropped"] = self.cache.retain(self._seen)
+            # Forget pages that fell out of the site (only when this crawl saw all of it; a
+            # partition's crawl saw its own hosts only).
+            owned = self.scope.in_scope if self.whole is not None else None
+            self.counts["cache_dropped"] = self.cache.retain(self._seen, owned)
         self.result.stats = self._stats()
         log.info("crawl finished: %s", self._summary_line())
         return self.result
@@ -471,6 +485,8 @@ class Crawler:
         }
         for name, value in self.counts.items():
             stats.setdefault(name, value)
+        if self.whole is not None:
+            stats["handoffs"] = sorted(self.handoffs)
         stats["robots"] = {origin: entry.status for origin, entry in self.robots.loaded().items()}
         # named counters of the shared retry policy and host limiter: retry/web/*, ratelimit/web/*
         stats["limits"] = {**self.fetcher.retry_stats, **self.fetcher.politeness.limiter.stats}

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import ConfigDict, Field, field_validator
 
 from include.config import EngineOptions, url_secret
-from plugins.connectors.web.urls import canonicalize
+from plugins.connectors.web.urls import Scope, canonicalize
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "DEFAULT_USER_AGENT", "WebOptions", "canonical_page_url"]
 
@@ -63,7 +63,12 @@ class WebOptions(EngineOptions):
     (non-secret; secrets belong in the Airflow Connection), ``content_types``.
     Safety: ``allow_private_networks`` / ``allowlist`` (IPs, CIDRs or host names the SSRF
     guard lets through), trap guards ``max_url_length`` / ``max_query_params`` /
-    ``max_segment_repeats``. ``log_every``: a progress line every N pages. Plus the engine's
+    ``max_segment_repeats``. ``log_every``: a progress line every N pages.
+    Parallel hosts: ``host_parallelism`` (default 4; 1 disables) splits a source whose seeds span
+    several crawl-scope units (hosts, or registrable domains with ``scope: domain``) into at most
+    that many partitions, each crawled by its own task and never splitting a unit; ``max_pages``
+    then bounds each partition, and a link from one partition's host to another's is not
+    followed (the other partition crawls from its own seeds). Plus the engine's
     options (:class:`~include.config.EngineOptions`: ``quarantine_after``, ...).
     """
 
@@ -94,6 +99,7 @@ class WebOptions(EngineOptions):
     max_query_params: int = Field(default=12, ge=0)
     max_segment_repeats: int = Field(default=3, ge=1)
     log_every: int = Field(default=100, ge=1)
+    host_parallelism: int = Field(default=4, ge=1, le=64)
     # Where the link cache lives; default $TRIBUTARY_HOME/web-cache/<source>.sqlite
     cache_path: str | None = None
     # Redis for shared politeness; default TRIBUTARY_REDIS_URL / the connector context's.
@@ -104,6 +110,21 @@ class WebOptions(EngineOptions):
     @classmethod
     def _canonical_seeds(cls, seeds: list[str]) -> list[str]:
         return [canonical_page_url(s) for s in seeds]
+
+    def scope_units(self) -> list[str]:
+        """The seeds' crawl-scope units (``host[:port]``, or registrable domain), in seed order."""
+        scope = Scope(self.seeds, self.scope)
+        return list(dict.fromkeys(scope.key(seed) for seed in self.seeds))
+
+    def partitions(self) -> list[str]:
+        """At most ``host_parallelism`` groups of scope units, each a comma-joined string
+        (``"a.example:8001,b.example"``), units dealt round-robin in seed order; ``[]`` when
+        there is at most one unit or parallelism is 1 (one crawl, as before)."""
+        units = self.scope_units()
+        count = min(self.host_parallelism, len(units))
+        if count <= 1:
+            return []
+        return [",".join(units[i::count]) for i in range(count)]
 
     @property
     def robots_agent(self) -> str:

@@ -14,17 +14,19 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 from include.config import SourceConfig, load_sources_report
 from include.loading import load_class
 from include.settings import get_settings
-from plugins.connectors.base import validate_source_options
+from plugins.connectors.base import source_partitions, validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
 from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
+    CrawlPartitionOperator,
     DiscoverOperator,
     EmbedOperator,
     FetchOperator,
     ParseOperator,
     RunSummaryOperator,
+    StartRunOperator,
     UpsertOperator,
 )
 
@@ -124,11 +126,12 @@ def build_dag(source: SourceConfig) -> DAG:
     """discover -> fetch (mapped over batches) -> parse -> chunk [-> embed] -> upsert -> commit -> summary.
 
     ``embed`` (mapped over batches like its neighbours) only when the source's embedding is
-    enabled: a BM25-only source's DAG has no task that would do nothing.
+    enabled: a BM25-only source's DAG has no task that would do nothing. A partitioned source
+    begins ``start -> crawl`` (mapped over its partitions) ``-> discover`` (:func:`_discover_tasks`).
     """
     sid = source.source_id
     with _dag(source) as dag:
-        discover = DiscoverOperator(task_id="discover", source=sid)
+        discover = _discover_tasks(source)
         fetched = fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output)
         parsed = ParseOperator.partial(task_id="parse", source=sid).expand(manifest=fetched.output)
         indexed = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
@@ -140,6 +143,22 @@ def build_dag(source: SourceConfig) -> DAG:
         discover >> commit  # nothing to fetch: commit still runs (and closes the run)
         RunSummaryOperator(task_id="summary", source=sid, counts=commit.output, outlets=[index_asset(source)])
     return dag
+
+
+def _discover_tasks(source: SourceConfig) -> DiscoverOperator:
+    """The ``discover`` task, preceded for a partitioned source (``source_partitions``: known from
+    its options when the DAG is parsed) by ``start`` and one mapped ``crawl`` task per partition,
+    labelled with its hosts; ``discover`` then merges their listings and plans."""
+    sid = source.source_id
+    partitions = source_partitions(source)
+    if not partitions:
+        return DiscoverOperator(task_id="discover", source=sid)
+    start = StartRunOperator(task_id="start", source=sid)
+    crawl = CrawlPartitionOperator.partial(
+        task_id="crawl", source=sid, map_index_template="{{ task.partition }}"
+    ).expand_kwargs([{"partition": p, "part": n} for n, p in enumerate(partitions)])
+    start >> crawl
+    return DiscoverOperator(task_id="discover", source=sid, partials=crawl.output)
 
 
 class InvalidSourcesError(ValueError):

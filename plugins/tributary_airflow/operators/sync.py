@@ -14,7 +14,9 @@ can be dropped into any DAG::
     upserted >> CommitStateOperator(task_id="commit", source="web:demo") >> RunSummaryOperator(...)
 
 ``embed`` is there only for a source with ``embedding`` enabled; without it ``upsert`` maps over
-``chunk``'s manifests. ``source`` is a source id (``kind:name``), DAG id or name from the sources file.
+``chunk``'s manifests. A partitioned source (a web source over several hosts) opens the run with
+``StartRunOperator``, crawls each partition in a mapped ``CrawlPartitionOperator`` and hands
+their staged discoveries to ``DiscoverOperator(partials=crawl.output)``, which merges and plans. ``source`` is a source id (``kind:name``), DAG id or name from the sources file.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from airflow.sdk import Context
 
 from plugins.connectors.base import Connector
 from plugins.engine import RunContext, open_connector
+from plugins.engine.partitions import CrawlPartitionStep, PartitionResult, PlanPartitionsStep, StartStep
 from plugins.engine.steps import (
     ChunkStep,
     CommitStep,
@@ -49,14 +52,46 @@ from plugins.tributary_airflow.operators.base import StepOperator, run_context
 __all__ = [
     "ChunkOperator",
     "CommitStateOperator",
+    "CrawlPartitionOperator",
     "DiscoverOperator",
     "EmbedOperator",
     "FetchOperator",
     "ParseOperator",
     "RunSummaryOperator",
+    "StartRunOperator",
     "UpsertOperator",
     "run_context",
 ]
+
+
+class StartRunOperator(StepOperator):
+    """Open the run in the run log (a partitioned source's first task, before its crawls)."""
+
+    def make_step(self, ctx: RunContext) -> StartStep:
+        return StartStep(ctx, dag_run_state=sdk_dag_run_state())
+
+    def xcom_value(self, result: Any, context: Context) -> None:
+        return None
+
+
+class CrawlPartitionOperator(StepOperator):
+    """Discover one partition of a source (mapped: one task per partition); stages its listing.
+
+    Returns the staged partial discovery's path (what ``DiscoverOperator(partials=...)`` merges).
+    """
+
+    template_fields: Sequence[str] = ("source", "partition", "part")
+
+    def __init__(self, *, partition: str, part: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.partition = partition
+        self.part = part
+
+    def make_step(self, ctx: RunContext) -> CrawlPartitionStep:
+        return CrawlPartitionStep(ctx, int(self.part), self.partition)
+
+    def xcom_value(self, result: PartitionResult, context: Context) -> str:
+        return result.partial
 
 
 class DiscoverOperator(StepOperator):
@@ -64,9 +99,19 @@ class DiscoverOperator(StepOperator):
 
     Returns the list of batch manifest paths (what ``fetch`` is mapped over); the plan itself
     is in the run's staging area (``discover.json``) and its path under the XCom key ``plan``.
+    With ``partials`` (the crawl tasks' staged discoveries) it merges them instead of asking
+    the connector, then plans the same way.
     """
 
+    template_fields: Sequence[str] = ("source", "partials")
+
+    def __init__(self, *, partials: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.partials = partials
+
     def make_step(self, ctx: RunContext) -> DiscoverStep:
+        if self.partials is not None:
+            return PlanPartitionsStep(ctx, [str(p) for p in self.partials], dag_run_state=sdk_dag_run_state())
         return DiscoverStep(ctx, dag_run_state=sdk_dag_run_state())
 
     def xcom_value(self, result: PlanResult, context: Context) -> list[str]:
