@@ -44,7 +44,9 @@ def build_site(root: Path, host: int, pages: int = PAGES) -> None:
     (root / "index.html").write_text(f"<html><body><main><h1>Site {host}</h1><p>Index.</p>{links}</main></body></html>")
     for i in range(pages):
         body = f"<h1>Page {i}</h1><p>{page_text(host, i)}</p><a href='/'>home</a>"
-        (root / f"p{i}.html").write_text(f"<html><head><title>p{i}</title></head><body><main>{body}</main></body></html>")
+        (root / f"p{i}.html").write_text(
+            f"<html><head><title>p{i}</title></head><body><main>{body}</main></body></html>"
+        )
 
 
 @contextmanager
@@ -204,3 +206,39 @@ def test_per_host_politeness_goes_through_redis(tmp_path: Path, tributary_home: 
     for log in logs:  # each host's requests kept the gap (nginx's own start times)
         starts = sorted(e.start for e in log)
         assert min(b - a for a, b in itertools.pairwise(starts)) >= delay - 0.002
+
+
+def test_only_keys_fetch_each_named_page_once_across_partitions(tmp_path: Path, tributary_home: Path) -> None:
+    with serve_sites(tmp_path) as servers:
+        source = web_source(servers, 4)
+        run_pipeline(source)
+        for server in servers:
+            server.clear_log()
+        named = [f"{servers[2].base}/p1.html", f"{servers[0].base}/p3.html"]
+        summary = run_pipeline(source, {"only_keys": named})
+        pages = {s.base: [e.path for e in s.access_log() if e.path.endswith(".html")] for s in servers}
+    assert summary.counts["unchanged"] + summary.counts["changed"] + summary.counts["new"] == 2
+    assert pages == {servers[0].base: ["/p3.html"], servers[1].base: [], servers[2].base: ["/p1.html"]}
+
+
+def test_a_page_linked_only_from_another_host_is_kept_not_deleted(tmp_path: Path, tributary_home: Path) -> None:
+    with serve_sites(tmp_path) as servers:
+        hidden = f"{servers[1].base}/hidden.html"
+        (tmp_path / "www1" / "hidden.html").write_text(
+            "<html><body><main><p>Only host 0 links here.</p></main></body></html>"
+        )
+        index = tmp_path / "www0" / "index.html"
+        index.write_text(index.read_text().replace("</main>", f'<a href="{hidden}">hidden</a></main>'))
+        # one crawl task follows the cross-host link and indexes the page
+        assert run_pipeline(web_source(servers, 1)).counts["new"] == HOSTS * (PAGES + 1) + 1
+        # partitions do not follow it: reported, and the indexed page is kept alive, not deleted
+        summary = run_pipeline(web_source(servers, 4))
+        stats = last_stats(web_source(servers, 4))
+    assert summary.counts["deleted"] == 0
+    assert stats["cross_partition_unreached"] == 1 and stats["cross_partition_unreached_sample"] == [hidden]
+    assert stats["skipped_other_partition"] >= 1
+    store = open_state_store()
+    try:
+        assert store.get_item("web:hosts", hidden) is not None
+    finally:
+        store.close()
