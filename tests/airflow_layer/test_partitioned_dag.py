@@ -52,7 +52,7 @@ def test_a_multi_host_source_gets_a_mapped_crawl_task(tmp_path: Path) -> None:
     assert "crawl" not in {t.task_id for t in single["sync_web_hosts"].tasks}
 
 
-def test_partitioned_dag_runs_in_airflow(tributary_home: Path, tmp_path: Path, monkeypatch) -> None:
+def test_partitioned_dag_runs_in_airflow(tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with serve_sites(tmp_path) as servers:
         seeds = [s.base + "/" for s in servers]
         monkeypatch.setenv("TRIBUTARY_SOURCES", str(_sources(tmp_path / "sources.yaml", seeds, 4)))

@@ -199,7 +199,7 @@ def test_per_host_politeness_goes_through_redis(tmp_path: Path, tributary_home: 
     assert summary.counts["new"] == HOSTS * (PAGES + 1)
     client = redis.Redis.from_url(redis_url)
     try:
-        keys = {k.decode() for k in client.keys("tributary:web:polite:*")}
+        keys = {k.decode() if isinstance(k, bytes) else str(k) for k in client.keys("tributary:web:polite:*")}
     finally:
         client.close()
     assert keys == {f"tributary:web:polite:{s.base.removeprefix('http://')}" for s in servers}
