@@ -11,6 +11,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -d /usr/share/doc/debian/FAQ/zh-cn ] || need+=(debian-faq-zh-cn)
 # the crawl and sync benchmarks' second, larger site (benchmarks/crawl.py): PostgreSQL's HTML manual
 [ -d /usr/share/doc/postgresql-doc-15/html ] || need+=(postgresql-doc-15)
+# a compose client (no engine): tests/cluster/test_compose.py renders docker-compose.yaml with it
+command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || need+=(docker-compose)
 # OCR (plugins/parsers/_ocr.py): the engine and its Chinese and English models, as Debian packages
 command -v tesseract >/dev/null 2>&1 || need+=(tesseract-ocr)
 [ -f /usr/share/tesseract-ocr/5/tessdata/chi_sim.traineddata ] || need+=(tesseract-ocr-chi-sim)

@@ -9,7 +9,6 @@ keyed by (run, item).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from include.index import IndexBackend, open_index
@@ -52,9 +51,9 @@ def missing_batches(staging: StagingArea, plan: RunPlan) -> dict[int, str | None
     """Batches of the plan without an upserted manifest -> the last stage manifest they have."""
     missing: dict[int, str | None] = {}
     for number in range(len(plan.batches)):
-        if Path(staging.stage_path("upserted", number)).exists():
+        if staging.has(f"upserted-{number:04d}.json"):
             continue
-        done = [s for s in _STAGES[:-1] if Path(staging.stage_path(s, number)).exists()]
+        done = [s for s in _STAGES[:-1] if staging.has(f"{s}-{number:04d}.json")]
         missing[number] = done[-1] if done else None
     return missing
 
@@ -81,7 +80,7 @@ def _refuse_incomplete(ctx: RunContext, plan: RunPlan) -> None:
 def _planned(ctx: RunContext, store: StateStore) -> RunPlan | dict[str, Any]:
     """The run's plan; or the counts of the run when it already finished (its commit stands)."""
     sid, plan_file = ctx.source.source_id, ctx.staging.path("discover.json")
-    if plan_file.exists():
+    if StagingArea.exists_at(plan_file):
         return read_plan(plan_file)
     if (closed := closed_run(ctx, store)) is not None:
         log.info("%s: run %s already finished; its commit stands", sid, ctx.run_id)

@@ -79,7 +79,7 @@ def _result(ctx: RunContext, plan_path: str, batches: list[str]) -> dict[str, An
 
 def _already_planned(ctx: RunContext, store: StateStore, staging: StagingArea) -> dict[str, Any] | None:
     plan_file = staging.path("discover.json")
-    if plan_file.exists():
+    if staging.has("discover.json"):
         # Cleared or retried after the plan was written: the run keeps its plan. Planning again
         # would compare the source with state this very run may already have committed.
         log.info("%s: run %s already planned; reusing %s", ctx.source.source_id, ctx.run_id, plan_file)

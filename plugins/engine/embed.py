@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -184,7 +183,7 @@ def embed_stage(
     """Stage the vectors of every chunked item of a batch; returns the ``embedded`` manifest."""
     manifest = read_stage_manifest(chunked_path)
     out = manifest.next("embedded")
-    staging = StagingArea.at(Path(chunked_path).parent)
+    staging = StagingArea.of(chunked_path)
     docs = _staged_chunks(manifest.items, out.failures)
     if not docs:
         return write_stage_manifest(chunked_path, out)

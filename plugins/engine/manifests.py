@@ -15,10 +15,10 @@ not advanced, so the next run fetches it again instead of being told "not modifi
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from include.contract import Change, Chunk, RawDocument
 from include.staging import StagingArea, StagingCorruptError
+from include.staging.locations import join, location_name, location_parent
 from include.vectors import VectorFileError, VectorSet, decode_vectors
 from plugins.engine.records import (
     BatchManifest,
@@ -63,7 +63,7 @@ def read_stage_manifest(path: str) -> BatchManifest:
     return decode(BatchManifest, StagingArea.read_json(path), path)
 
 
-def read_plan(path: str | Path) -> RunPlan:
+def read_plan(path: str) -> RunPlan:
     return decode(RunPlan, StagingArea.read_json(path), str(path))
 
 
@@ -78,16 +78,14 @@ def write_batch_manifest(staging: StagingArea, manifest: BatchManifest) -> str:
 
 def next_manifest_path(path: str, stage: str) -> str:
     """``.../batch-0003.json`` -> ``.../<stage>-0003.json`` (same run directory, same batch)."""
-    p = Path(path)
-    number = p.stem.rsplit("-", 1)[1]
-    return str(p.with_name(f"{stage}-{number}.json"))
+    number = location_name(path).removesuffix(".json").rsplit("-", 1)[1]
+    return join(location_parent(path), f"{stage}-{number}.json")
 
 
 def write_stage_manifest(prev_path: str, manifest: BatchManifest) -> str:
     """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one."""
-    p = Path(next_manifest_path(prev_path, manifest.stage))
-    path = StagingArea.at(p.parent).write_json(p.name, encode(manifest))
-    return path
+    target = next_manifest_path(prev_path, manifest.stage)
+    return StagingArea.of(target).write_json(location_name(target), encode(manifest))
 
 
 def read_batch(manifest_path: str) -> list[Change]:
@@ -101,7 +99,7 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     Used by the generic fetch task and by connector-specific fetch operators alike.
     """
     batch = read_stage_manifest(batch_manifest_path)
-    staging = StagingArea.at(Path(batch_manifest_path).parent)
+    staging = StagingArea.of(batch_manifest_path)
     by_key = {item.item_key: item for item in batch.items}
     out = batch.next("fetched")
     out.failures.extend(failures)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
@@ -78,7 +77,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
     """Parse every fetched item; drop items whose extracted content did not change."""
     manifest = read_stage_manifest(fetched_path)
     out = manifest.next("parsed")
-    staging = StagingArea.at(Path(fetched_path).parent)
+    staging = StagingArea.of(fetched_path)
     for item in manifest.items:
         start = time.perf_counter()
         try:
@@ -125,7 +124,7 @@ def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig) -> list[Chun
 def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
     manifest = read_stage_manifest(parsed_path)
     out = manifest.next("chunked")
-    staging = StagingArea.at(Path(parsed_path).parent)
+    staging = StagingArea.of(parsed_path)
     for item in manifest.items:
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)

@@ -65,7 +65,7 @@ def _sweep_failed_staging(store: Any, source: SourceConfig, now: dt.datetime, ke
     removed = 0
     for run in store.failed_runs(source.source_id, ended_before=now - dt.timedelta(hours=hours)):
         staging = StagingArea(run.get("dag_id") or source.dag_id, run["run_id"])
-        if staging.exists() and (not keep_raw or any(p.name != "raw" for p in staging.root.iterdir())):
+        if staging.exists() and (not keep_raw or staging.holds_more_than_raw()):
             staging.cleanup(keep_raw=keep_raw)
             removed += 1
     return removed

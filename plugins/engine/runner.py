@@ -13,11 +13,11 @@ import datetime as dt
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from include.config import SourceConfig
 from include.index import IndexBackend, open_index
+from include.staging import StagingArea
 from include.stores import StateStore, open_state_store
 from plugins.connectors.base import Connector
 from plugins.engine.commit import abort_run
@@ -100,7 +100,7 @@ def _process_batches(
     with open_connector(ctx) as connector:
         shared = _shared(connector)
         for batch in batches:
-            if Path(next_manifest_path(batch, "upserted")).exists():
+            if StagingArea.exists_at(next_manifest_path(batch, "upserted")):
                 continue  # a resumed run: this batch reached the index already
             fetched = FetchStep(ctx, batch, shared).run(store)
             parsed = ParseStep(ctx, fetched.manifest).run(store)

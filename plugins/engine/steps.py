@@ -39,6 +39,7 @@ from include.config import IndexConfig, SourceConfig
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.settings import get_settings
+from include.staging.locations import location_name
 from include.stores import StateStore
 from plugins.connectors.base import Connector, get_connector_class
 from plugins.engine.commit import commit_stage, finish_stage
@@ -355,7 +356,7 @@ class ManifestStep(Step[ManifestResult]):
         return ManifestResult(closed=True, manifest=next_manifest_path(self.manifest, self.output))
 
     def _who(self) -> str:
-        return f"{self.ctx.source.source_id} {Path(self.manifest).name}"
+        return f"{self.ctx.source.source_id} {location_name(self.manifest)}"
 
 
 class FetchStep(ManifestStep):

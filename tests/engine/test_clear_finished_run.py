@@ -46,7 +46,7 @@ def finished(tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     summary = run_pipeline(get_source(SID), run_id=RUN)
     assert summary.status == "success" and summary.counts["new"] == 3 and summary.counts["batches"] == 2
     staging = StagingArea(get_source(SID).dag_id, RUN)
-    assert not staging.root.exists()  # cleaned up when the run finished
+    assert not staging.exists()  # cleaned up when the run finished
     return {"counts": summary.counts, "staging": staging, "home": tributary_home}
 
 
@@ -100,7 +100,7 @@ def test_clearing_a_task_of_a_finished_run_changes_nothing(finished: dict[str, A
     assert operator.execute(context) == expected(staging, counts)
 
     assert stores_dump(finished["home"]) == before
-    assert not staging.root.exists()
+    assert not staging.exists()
     facets = operator.get_openlineage_facets_on_complete(context["ti"])
     assert facets.run_facets["tributary"].tributaryRunId == RUN
 
@@ -118,4 +118,4 @@ def test_running_a_finished_run_again_in_process_changes_nothing(finished: dict[
     again = run_pipeline(get_source(SID), run_id=RUN)
     assert (again.status, again.counts) == ("success", finished["counts"])
     assert stores_dump(finished["home"]) == before
-    assert not finished["staging"].root.exists()
+    assert not finished["staging"].exists()

@@ -42,7 +42,7 @@ def _planned_and_processed(src, run_id: str) -> RunContext:
 def test_commit_names_the_batch_without_manifest_then_redoing_it_converges(folder: Path, clean, tributary_home) -> None:
     src = _source(folder)
     ctx = _planned_and_processed(src, "lost")
-    lost = ctx.staging.path("upserted-0001.json")
+    lost = Path(ctx.staging.path("upserted-0001.json"))
     lost.unlink()
     store = open_state_store()
 
@@ -75,8 +75,8 @@ def test_in_process_runner_resumes_a_run_redoing_only_the_batches_without_manife
     the batches that have no upserted manifest (those that did are not fetched again)."""
     src = _source(folder)
     ctx = _planned_and_processed(src, "resume")  # killed before commit, say; then a manifest is lost
-    ctx.staging.path("upserted-0002.json").unlink()
-    ctx.staging.path("chunked-0002.json").unlink()
+    Path(ctx.staging.path("upserted-0002.json")).unlink()
+    Path(ctx.staging.path("chunked-0002.json")).unlink()
     index = open_index(src.index)
     total = len(index.chunk_ids(source="files:t"))
     index.close()
@@ -86,5 +86,5 @@ def test_in_process_runner_resumes_a_run_redoing_only_the_batches_without_manife
     # chunks in place: redoing every batch would have written none
     written, unchanged = summary.counts["chunks_written"], summary.counts["chunks_unchanged"]
     assert written > 0 and unchanged > 0 and written + unchanged == total, summary.counts
-    assert not ctx.staging.path("discover.json").exists()  # closed and cleaned
+    assert not Path(ctx.staging.path("discover.json")).exists()  # closed and cleaned
     assert _snapshot() == clean

@@ -117,7 +117,7 @@ def test_every_stage_of_a_finished_run_rerun_changes_nothing(folder: Path, clean
     before = store.get_run("done", "files:t")
     assert before["status"] == "success" and before["counts"]["batches"] == 3
     ctx = RunContext(source=src, run_id="done")
-    assert not ctx.staging.path("discover.json").exists()  # cleaned by finish_stage
+    assert not Path(ctx.staging.path("discover.json")).exists()  # cleaned by finish_stage
 
     start_run(ctx, store)
     plan = discover_stage(ctx, store)

@@ -108,7 +108,7 @@ def test_version_1_manifests_read_as_records() -> None:
 
 def _stage_v1(ctx: RunContext) -> None:
     """The version 1 plan and upserted manifests, in this run's staging area."""
-    root = ctx.staging.root
+    root = Path(ctx.staging.root)
     root.mkdir(parents=True)
     for name in ("discover.json", "upserted-0000.json", "upserted-0001.json"):
         (root / name).write_text((V1 / name).read_text(encoding="utf-8").replace("STAGING", str(root)))

@@ -95,6 +95,6 @@ def test_staging_left_by_a_failed_run_is_removed_after_the_grace_period(docs: Pa
         RunContext(source=src, run_id=run_id).staging.write_bytes("raw/x.md", b"# left behind\n")
     summary = run_pipeline(src)
     assert summary.counts["failed_staging_removed"] == 1
-    assert not RunContext(source=src, run_id="old-failure").staging.root.exists()
-    assert RunContext(source=src, run_id="fresh-failure").staging.root.exists()  # may still be cleared and retried
+    assert not RunContext(source=src, run_id="old-failure").staging.exists()
+    assert RunContext(source=src, run_id="fresh-failure").staging.exists()  # may still be cleared and retried
     store.close()

@@ -38,7 +38,7 @@ def finished(
     summary = run_pipeline(get_source(SID), run_id=RUN)
     assert summary.status == "success" and summary.counts["new"] == 2
     staging = StagingArea(get_source(SID).dag_id, RUN)
-    assert not staging.root.exists()
+    assert not staging.exists()
     return {"staging": staging, "home": tributary_home, "tokens": tokens, "calls": dict(sim.counters)}
 
 
@@ -49,7 +49,7 @@ def _operator(finished: dict[str, Any], deferrable: bool) -> FeishuExportFetchOp
 
 def _unchanged(finished: dict[str, Any], before: dict[str, list[str]], sim: FeishuSimulator) -> None:
     assert stores_dump(finished["home"]) == before
-    assert not finished["staging"].root.exists()
+    assert not finished["staging"].exists()
     assert sim.counters["export_creations"] == finished["calls"]["export_creations"]
     assert sim.counters["export_downloads"] == finished["calls"]["export_downloads"]
 

@@ -539,7 +539,7 @@ def test_arbitrary_keys_names_and_run_ids_stay_inside_staging(tmp_path_factory: 
     area = StagingArea("sync_web_x", run_id, root=root)
     written = Path(area.stage_raw(key, b"x", name)).resolve()
     assert written.is_relative_to(root.resolve())
-    assert written.parent == (area.root / "raw").resolve()
+    assert written.parent == (Path(area.root) / "raw").resolve()
 
 
 @pytest.mark.parametrize("fmt", ["docx", "xlsx", "pptx"])

@@ -59,7 +59,7 @@ def _killed_run(failpoint: str, run_id: str) -> int:
 
 
 def _staging(source: SourceConfig, run_id: str) -> Path:
-    return RunContext(source=source, run_id=run_id).staging.root
+    return Path(RunContext(source=source, run_id=run_id).staging.root)
 
 
 def test_a_killed_run_is_reaped_by_the_next_run_of_its_source(source: SourceConfig) -> None:

@@ -47,7 +47,7 @@ def test_next_run_reaps_killed_runs_whose_dag_run_failed_or_is_gone(tmp_path: Pa
         rc, run, output = crash(case, "upsert@1")
         assert rc < 0 and run["state"] == "running", output[-3000:]  # killed, the DAG run left running
         killed.append(run["run_id"])
-    stagings = [StagingArea(DAG_ID, run_id, root=case.home / "staging").root for run_id in killed]
+    stagings = [Path(StagingArea(DAG_ID, run_id, root=case.home / "staging").root) for run_id in killed]
     assert all((s / "raw").is_dir() for s in stagings)
 
     [alive] = drive(_jobs_dag_test(case))

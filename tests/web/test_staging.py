@@ -20,7 +20,7 @@ def test_each_crawled_page_is_staged_once_with_its_extension(tributary_home: Pat
     )
     summary = run_pipeline(src)
     assert summary.counts["new"] >= 5 and summary.counts["failed"] == 0
-    raw = RunContext(source=src, run_id=summary.run_id).staging.path("raw")
+    raw = Path(RunContext(source=src, run_id=summary.run_id).staging.path("raw"))
     files = sorted(p.name for p in raw.iterdir())
     # one file per fetched page (the crawl stages it; fetch reuses the same name), none as .bin
     assert len(files) == summary.counts["fetched"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow.configuration import conf
@@ -196,7 +195,7 @@ def _split_ready(tickets: list[ExportTicket]) -> tuple[list[ExportTicket], list[
 
 def _stage(batch_manifest: str, docs: list[RawDocument]) -> list[dict[str, Any]]:
     """Bytes into the batch's staging area; what travels to the next resume is small."""
-    staging = StagingArea.at(Path(batch_manifest).parent)
+    staging = StagingArea.of(batch_manifest)
     out = []
     for doc in docs:
         entry = doc.to_dict()
@@ -209,7 +208,7 @@ def _stage(batch_manifest: str, docs: list[RawDocument]) -> list[dict[str, Any]]
 def _unstage(staged: list[dict[str, Any]]) -> list[RawDocument]:
     docs = []
     for entry in staged:
-        data = Path(entry["staged_path"]).read_bytes()
+        data = StagingArea.read_bytes(entry["staged_path"])
         fields = {k: v for k, v in entry.items() if k != "staged_path"}
         docs.append(RawDocument.from_dict({**fields, "data_b64": base64.b64encode(data).decode("ascii")}))
     return docs

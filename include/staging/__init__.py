@@ -10,8 +10,10 @@ points at it, and checked when read (:meth:`StagingArea.read_verified`): a file 
 truncated in staging between two tasks (a full disk, another process, an operator's hand) is
 refused with :class:`StagingCorruptError` instead of being indexed as if it were the source's.
 
-Local directories by default; the interface is small (read/write bytes and JSON, list, remove)
-so an ``ObjectStoragePath`` implementation can replace it.
+Where the area lives is a location (:mod:`include.staging.locations`): a local directory by
+default (``TRIBUTARY_STAGING_URL`` unset: ``$TRIBUTARY_STAGING_DIR``, ``$TRIBUTARY_HOME/staging``)
+or a URL whose scheme names a backend, so that tasks on different hosts share one area. Every
+path this class hands out is such a location, and every reader resolves the backend from it.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 from include.settings import get_settings
+from include.staging.locations import backend_for, join, location_parent
 
 __all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "file_digest"]
 
@@ -58,35 +60,42 @@ class StagedFile:
 
 
 class StagingArea:
-    def __init__(self, dag_id: str, run_id: str, root: Path | None = None) -> None:
-        self.root = Path(root or get_settings().staging_dir) / _safe(dag_id) / _safe(run_id)
+    def __init__(self, dag_id: str, run_id: str, root: str | os.PathLike[str] | None = None) -> None:
+        self.root = join(str(root or get_settings().staging_url), f"{_safe(dag_id)}/{_safe(run_id)}")
+        self._backend = backend_for(self.root)
         # digests of the raw files this instance staged (a crawler stages during discovery; the
         # plan then records each change's digest beside its staged path)
         self._staged: dict[str, dict[str, Any]] = {}
 
     @classmethod
-    def at(cls, root: str | Path) -> StagingArea:
-        """The staging area whose directory is ``root`` (e.g. the parent of a manifest)."""
+    def at(cls, root: str | os.PathLike[str]) -> StagingArea:
+        """The staging area whose location is ``root``."""
         area = cls.__new__(cls)
-        area.root = Path(root)
+        area.root = str(root).rstrip("/")
+        area._backend = backend_for(area.root)
         area._staged = {}
         return area
 
+    @classmethod
+    def of(cls, location: str) -> StagingArea:
+        """The staging area holding the file at ``location`` (e.g. a stage manifest)."""
+        return cls.at(location_parent(location))
+
     # -- paths -------------------------------------------------------------------------------
-    def path(self, name: str) -> Path:
-        return self.root / name
+    def path(self, name: str) -> str:
+        return join(self.root, name)
 
     def stage_path(self, stage: str, batch: int) -> str:
-        return str(self.path(f"{stage}-{batch:04d}.json"))
+        return self.path(f"{stage}-{batch:04d}.json")
+
+    def has(self, name: str) -> bool:
+        return self._backend.size(self.path(name)) is not None
 
     # -- writing -----------------------------------------------------------------------------
     def write_bytes(self, name: str, data: bytes) -> str:
         target = self.path(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)  # atomic: a killed task never leaves half a file behind
-        return str(target)
+        self._backend.write(target, data)  # atomic in every backend
+        return target
 
     def write_json(self, name: str, obj: Any) -> str:
         return self.write_bytes(name, _json_bytes(obj))
@@ -105,7 +114,7 @@ class StagingArea:
         extension, so a retained file opens with the right program). Its size and hash are
         remembered (:meth:`staged_digest`)."""
         digest = hashlib.sha256(item_key.encode("utf-8")).hexdigest()[:32]
-        suffix = Path(file_name).suffix.lower()
+        suffix = PurePosixPath(file_name).suffix.lower()
         if not re.fullmatch(r"\.[a-z0-9]{1,8}", suffix):
             suffix = ".bin"
         path = self.write_bytes(f"raw/{digest}{suffix}", data)
@@ -118,58 +127,72 @@ class StagingArea:
 
     # -- reading -----------------------------------------------------------------------------
     @staticmethod
-    def read_json(path: str | Path) -> Any:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+    def exists_at(location: str) -> bool:
+        return backend_for(str(location)).size(str(location)) is not None
 
     @staticmethod
-    def read_bytes(path: str | Path) -> bytes:
-        return Path(path).read_bytes()
+    def read_json(path: str) -> Any:
+        return json.loads(StagingArea.read_bytes(path).decode("utf-8"))
 
     @staticmethod
-    def read_verified(path: str | Path, digest: dict[str, Any] | None) -> bytes:
+    def read_bytes(path: str) -> bytes:
+        return backend_for(str(path)).read(str(path))
+
+    @staticmethod
+    def read_verified(path: str, digest: dict[str, Any] | None) -> bytes:
         """The file's bytes, checked against the size and hash recorded when it was staged.
 
         ``digest`` None (a manifest written before digests were recorded) reads unchecked.
-        The size is compared first, from ``stat``: a truncated or grown file is refused
-        without reading it.
+        The size is compared first (a ``stat`` or a HEAD): a truncated or grown file is
+        refused without reading it.
         """
+        location = str(path)
+        backend = backend_for(location)
         if digest is None:
-            return Path(path).read_bytes()
+            return backend.read(location)
+        size = backend.size(location)
+        if size is None:
+            raise StagingCorruptError(f"staged file {location} is gone")
+        if size != digest["size"]:
+            raise StagingCorruptError(f"staged file {location}: {size} bytes, {digest['size']} were staged")
         try:
-            size = Path(path).stat().st_size
-            if size != digest["size"]:
-                raise StagingCorruptError(f"staged file {path}: {size} bytes, {digest['size']} were staged")
-            data = Path(path).read_bytes()
+            data = backend.read(location)
         except FileNotFoundError as exc:
-            raise StagingCorruptError(f"staged file {path} is gone") from exc
+            raise StagingCorruptError(f"staged file {location} is gone") from exc
         actual = hashlib.sha256(data).hexdigest()
         if actual != digest["sha256"]:
-            raise StagingCorruptError(f"staged file {path}: sha256 {actual[:16]}..., {digest['sha256'][:16]}... staged")
+            raise StagingCorruptError(
+                f"staged file {location}: sha256 {actual[:16]}..., {digest['sha256'][:16]}... staged"
+            )
         return data
 
     @classmethod
-    def read_json_verified(cls, path: str | Path, digest: dict[str, Any] | None) -> Any:
+    def read_json_verified(cls, path: str, digest: dict[str, Any] | None) -> Any:
         return json.loads(cls.read_verified(path, digest).decode("utf-8"))
+
+    def _files(self) -> list[tuple[str, int]]:
+        return list(self._backend.walk(self.root))
 
     def stage_files(self, stage: str) -> list[str]:
         """This run's manifests of one stage (``upserted-0000.json`` ...), in batch order."""
-        return sorted(str(p) for p in self.root.glob(f"{stage}-*.json"))
+        pattern = re.compile(re.escape(stage) + r"-\d+\.json")
+        top = self.root + "/"
+        return sorted(loc for loc, _ in self._files() if loc.startswith(top) and pattern.fullmatch(loc[len(top) :]))
 
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file()) if self.root.exists() else 0
+        return sum(size for _, size in self._files())
 
     def exists(self) -> bool:
-        return self.root.exists()
+        return bool(self._files())
+
+    def holds_more_than_raw(self) -> bool:
+        """Whether anything but ``raw/`` is left (what a cleanup with ``keep_raw`` removes)."""
+        raw = self.path("raw") + "/"
+        return any(not loc.startswith(raw) for loc, _ in self._files())
 
     def cleanup(self, keep_raw: bool = False) -> None:
         """Remove the run's files; with ``keep_raw`` the raw bytes (``raw/``) stay for audit."""
-        if not keep_raw:
-            shutil.rmtree(self.root, ignore_errors=True)
-            return
-        if self.root.exists():
-            for child in self.root.iterdir():
-                if child.name != "raw":
-                    shutil.rmtree(child) if child.is_dir() else child.unlink(missing_ok=True)
+        self._backend.remove(self.root, keep="raw" if keep_raw else None)
 
 
 def _json_bytes(obj: Any) -> bytes:
