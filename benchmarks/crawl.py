@@ -1,299 +1,291 @@
-"""Web crawler vs Scrapy on Python's HTML documentation (Debian ``python3-doc``) served by nginx.
+"""Web crawl: Tributary vs Scrapy, whole processes as a user runs them, on documentation sites
+served by nginx on 127.0.0.1 (Debian ``python3-doc`` and ``postgresql-doc-15``).
 
-Same machine, same nginx, same concurrency, zero delay, robots.txt obeyed by both. Measured in
-one run:
+Every number is the wall time of one process, start-up and shutdown included, timed from
+outside (``time.perf_counter()`` around ``subprocess.run``):
 
-- first crawl: pages fetched, wall time, pages/s, bytes the server sent (nginx access log);
-- agreement of the URL sets both crawlers fetched (canonicalised the same way);
-- no-change recrawl: Tributary with its stored validators (If-None-Match / If-Modified-Since);
-  Scrapy with ``HTTPCACHE_POLICY = RFC2616Policy`` (its documented incremental mode). Measured
-  twice: with nginx's default headers (no Cache-Control: RFC 2616 heuristics let Scrapy treat
-  old files as fresh and skip the server entirely) and with ``Cache-Control: no-cache`` (every
-  page must be revalidated, so both crawlers ask the server).
+- Scrapy: ``scrapy runspider spider.py -O urls.jl -s ...`` (``benchmarks/_crawl_scrapy.py``),
+  RFC 2616 HTTP cache on;
+- Tributary crawl only: ``python -m plugins.engine.cli sync web:bench --dry-run`` (discovery
+  downloads every page to find links and plans; nothing is parsed or indexed);
+- Tributary full sync: ``cli sync web:bench`` (crawl, parse, chunk, index into the embedded
+  SQLite index), fresh ``TRIBUTARY_HOME``;
+- no-change resync: the same sync again on the same home; Scrapy again on its cache. Measured
+  with nginx's default headers and with ``Cache-Control: no-cache`` (the same nginx, reloaded):
+  with defaults RFC 2616 heuristics let Scrapy serve old files from its cache without asking.
 
-Run it in the benchmark environment, where Scrapy is installed::
+Bytes are what nginx sent (its access log, headers included), per crawler by user agent. URL sets
+are canonicalised in this process, the same way for both. ``--quick``: the Python tutorial and
+HOWTOs only (an include pattern for both crawlers).
 
-    .venv-bench/bin/python -m benchmarks crawl [--quick]
-
-Scrapy runs in a child process (a Twisted reactor cannot be restarted); wall time is Scrapy's
-own ``elapsed_time_seconds`` stat, ours is the time of ``discover()``, both excluding start-up.
+    .venv-bench/bin/python -m benchmarks crawl [--quick] [--no-readme]
 """
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-DOCS = Path("/usr/share/doc/python3-doc/html")
+from benchmarks._crawl_compare import Goal, agreement, judge_goals, relative_paths, settings_rows
+from benchmarks._crawl_scrapy import USER_AGENT as SCRAPY_AGENT
+from benchmarks._crawl_scrapy import ScrapyRun, run_scrapy, scrapy_settings
+from benchmarks._crawl_tributary import SyncRun, run_items, run_sync, source_options, sources_yaml
+
 CONCURRENCY = 8
 QUICK_PATTERN = r"/(tutorial|howto)/"
+TRIBUTARY_AGENT = "Tributary"  # prefix of the web source's default user agent
+VARIANTS = (("nginx defaults", ""), ("Cache-Control: no-cache", 'add_header Cache-Control "no-cache";'))
+
+T = TypeVar("T")
 
 
-def _tributary_crawl(base: str, stage_dir: Path, cache_path: Path, known: dict | None, quick: bool) -> dict[str, Any]:
-    from include.config import SourceConfig
-    from include.staging import StagingArea
-    from plugins.connectors.base import DiscoveryRequest
-    from plugins.connectors.web.connector import WebConnector
-
-    options: dict[str, Any] = {
-        "seeds": [base + "/"],
-        "delay_seconds": 0,
-        "concurrency": CONCURRENCY,
-        "allowlist": ["127.0.0.1"],
-        "max_pages": 100_000,
-        "use_sitemaps": False,
-        "cache_path": str(cache_path),
-        "redis_url": "",
-        "retries": 1,
-    }
-    if quick:
-        options["include"] = [QUICK_PATTERN]
-    stage = StagingArea.at(stage_dir).stage_raw  # what the engine hands the connector
-    connector = WebConnector(SourceConfig(kind="web", name="pydocs", options=options))
-    start = time.perf_counter()
-    found = connector.discover(DiscoveryRequest(known=known or {}, stage=stage))
-    wall = time.perf_counter() - start
-    fetched = {c.item_key for c in found.changes if c.kind.value in ("new", "changed")}
-    return {
-        "wall": wall,
-        "fetched": fetched,
-        "alive": set(found.all_keys or ()),
-        "known": {c.item_key: c.version for c in found.changes if c.kind.value != "deleted"},
-        "stats": found.stats,
-    }
+@dataclass(frozen=True, slots=True)
+class Corpus:
+    name: str
+    root: Path
+    package: str  # the Debian package that installs it
 
 
-def _scrapy_crawl(base: str, cache_dir: Path, quick: bool) -> dict[str, Any]:
-    args = {"base": base, "cache_dir": str(cache_dir), "quick": quick}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.crawl", "--scrapy-child", json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"scrapy child failed: {proc.stderr[-3000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {
-        "wall": out["elapsed"],
-        "scrapy_elapsed": out["scrapy_elapsed"],
-        "fetched": set(out["urls"]),
-        "stats": out["stats"],
-    }
+CORPORA = (
+    Corpus("Python docs", Path("/usr/share/doc/python3-doc/html"), "python3-doc"),
+    Corpus("PostgreSQL 15 manual", Path("/usr/share/doc/postgresql-doc-15/html"), "postgresql-doc-15"),
+)
 
 
-def _scrapy_child(args: dict[str, Any]) -> None:
-    """Runs in the child process: one Scrapy crawl, prints JSON with URLs and stats."""
-    from scrapy import signals
-    from scrapy.crawler import CrawlerProcess
-    from scrapy.linkextractors import LinkExtractor
-    from scrapy.spiders import CrawlSpider, Rule
-
-    from plugins.connectors.web.urls import canonicalize
-
-    base, quick = args["base"], args["quick"]
-    urls: list[str] = []
-    allow = (QUICK_PATTERN,) if quick else ()
-
-    class DocsSpider(CrawlSpider):
-        name = "pydocs"
-        allowed_domains = ["127.0.0.1"]  # noqa: RUF012 - Scrapy reads class attributes
-        start_urls = [base + "/"]  # noqa: RUF012
-        rules = (Rule(LinkExtractor(allow=allow), callback="parse_page", follow=True),)
-
-        def parse_start_url(self, response):  # type: ignore[no-untyped-def]
-            return self.parse_page(response)
-
-        def parse_page(self, response):  # type: ignore[no-untyped-def]
-            if response.status == 200:
-                urls.append(canonicalize(response.url))
-            return []
-
-    settings = {
-        "LOG_LEVEL": "ERROR",
-        "ROBOTSTXT_OBEY": True,
-        "CONCURRENT_REQUESTS": CONCURRENCY,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": CONCURRENCY,
-        "DOWNLOAD_DELAY": 0,
-        "RANDOMIZE_DOWNLOAD_DELAY": False,
-        "AUTOTHROTTLE_ENABLED": False,
-        "TELNETCONSOLE_ENABLED": False,
-        "HTTPCACHE_ENABLED": True,
-        "HTTPCACHE_POLICY": "scrapy.extensions.httpcache.RFC2616Policy",
-        "HTTPCACHE_DIR": args["cache_dir"],
-        "USER_AGENT": "scrapy-benchmark",
-        "REQUEST_FINGERPRINTER_IMPLEMENTATION": "2.7",
-    }
-    process = CrawlerProcess(settings)
-    crawler = process.create_crawler(DocsSpider)
-    marks: dict[str, float] = {}
-    # Crawl time = spider opened -> first idle (no request left), like our discover(); Scrapy's
-    # own elapsed_time_seconds adds engine start-up and shutdown on top.
-
-    def opened(spider: Any) -> None:
-        marks.setdefault("opened", time.perf_counter())
-
-    def idle(spider: Any) -> None:
-        marks.setdefault("idle", time.perf_counter())
-
-    # Scrapy keeps weak references to handlers: these named functions live until start() returns.
-    crawler.signals.connect(opened, signals.spider_opened)
-    crawler.signals.connect(idle, signals.spider_idle)
-    process.crawl(crawler)
-    process.start()
-    stats = crawler.stats.get_stats()
-    print(
-        json.dumps(
-            {
-                "elapsed": marks["idle"] - marks["opened"],
-                "scrapy_elapsed": stats.get("elapsed_time_seconds"),
-                "urls": sorted(set(urls)),
-                "stats": {k: str(v) for k, v in stats.items()},
-            }
-        )
-    )
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    requests: int
+    bytes_sent: int
+    statuses: dict[int, int]
 
 
-def _server_bytes(server: Any, agent_prefix: str) -> tuple[int, int, dict[int, int]]:
+@dataclass(slots=True)
+class Measured:
+    """One process of one crawler, with what nginx saw of it."""
+
+    run: str
+    crawler: str
+    command: str
+    pages: int
+    wall: float
+    traffic: Traffic
+    first_bytes: int | None = None  # the first crawl's bytes this run is compared with
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.wall if self.wall else 0.0
+
+    @property
+    def share(self) -> float | None:
+        return self.traffic.bytes_sent / self.first_bytes if self.first_bytes else None
+
+    def row(self, corpus: str) -> dict[str, Any]:
+        return {
+            "corpus": corpus,
+            "run": self.run,
+            "crawler": self.crawler,
+            "command": self.command,
+            "pages": self.pages,
+            "wall_s": round(self.wall, 2),
+            "pages_per_s": round(self.pages_per_s, 1),
+            "requests": self.traffic.requests,
+            "server_bytes": self.traffic.bytes_sent,
+            "bytes_vs_first": "" if self.share is None else f"{100 * self.share:.2f}%",
+            "statuses": " ".join(f"{s}:{n}" for s, n in sorted(self.traffic.statuses.items())),
+        }
+
+
+def _traffic(server: Any, agent_prefix: str) -> Traffic:
     entries = [e for e in server.access_log() if e.user_agent.startswith(agent_prefix)]
     statuses: dict[int, int] = {}
     for e in entries:
         statuses[e.status] = statuses.get(e.status, 0) + 1
-    return sum(e.bytes_sent for e in entries), len(entries), statuses
+    return Traffic(len(entries), sum(e.bytes_sent for e in entries), statuses)
+
+
+def _observed(server: Any, agent_prefix: str, action: Callable[[], T]) -> tuple[T, Traffic]:
+    server.clear_log()
+    result = action()
+    return result, _traffic(server, agent_prefix)
+
+
+@contextmanager
+def _nginx(root: Path, workdir: Path) -> Iterator[tuple[Any, Callable[[str], None]]]:
+    """nginx serving ``root``, and a function that switches its response headers in place (same
+    port, so the URLs, and with them Tributary's item keys, stay the same)."""
+    import httpx
+
+    from tests.web.nginx import nginx_binary, serve_nginx
+
+    variant = workdir / "variant.conf"
+    variant.parent.mkdir(parents=True, exist_ok=True)
+    variant.write_text("")
+    with serve_nginx(root, workdir, extra=f"include {variant};") as server:
+
+        def switch(directives: str) -> None:
+            variant.write_text(directives)
+            conf = str(workdir / "nginx.conf")
+            subprocess.run([str(nginx_binary()), "-p", str(workdir), "-c", conf, "-s", "reload"], check=True)
+            wanted = "no-cache" if "no-cache" in directives else None
+            deadline = time.monotonic() + 10
+            while httpx.head(server.base + "/").headers.get("cache-control") != wanted:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("nginx did not pick up the new headers")
+                time.sleep(0.05)
+
+        yield server, switch
+
+
+@dataclass(slots=True)
+class CorpusResult:
+    measured: list[Measured] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    goals: list[Goal] = field(default_factory=list)
+
+
+class _Bench:
+    """The runs of one corpus against one nginx; each method is one timed process."""
+
+    def __init__(self, server: Any, work: Path, include: str) -> None:
+        self.server, self.work, self.include = server, work, include
+        work.mkdir(parents=True, exist_ok=True)
+        self.sources = work / "sources.yaml"
+        self.scrapy_runs = 0
+        self.sources.write_text(sources_yaml(source_options(server.base, CONCURRENCY, include)), encoding="utf-8")
+
+    def scrapy(self, run: str, cache: str, first_bytes: int | None = None) -> tuple[Measured, ScrapyRun]:
+        self.scrapy_runs += 1
+        workdir = self.work / f"scrapy-run-{self.scrapy_runs}"
+        action = lambda: run_scrapy(workdir, self.work / cache, self.server.base, self.include, CONCURRENCY)  # noqa: E731
+        done, traffic = _observed(self.server, SCRAPY_AGENT, action)
+        return Measured(run, "scrapy", "scrapy runspider", len(done.urls), done.wall, traffic, first_bytes), done
+
+    def sync(self, run: str, home: str, dry_run: bool, first_bytes: int | None = None) -> tuple[Measured, SyncRun]:
+        action = lambda: run_sync(self.work / home, self.sources, dry_run=dry_run)  # noqa: E731
+        done, traffic = _observed(self.server, TRIBUTARY_AGENT, action)
+        if done.status != "success":
+            raise RuntimeError(f"tributary {run}: run {done.run_id} ended {done.status}: {done.counts}")
+        command = "cli sync --dry-run" if dry_run else "cli sync"
+        return Measured(run, "tributary", command, _sync_pages(done), done.wall, traffic, first_bytes), done
+
+    def urls_of(self, home: str, run_id: str) -> set[str]:
+        items = run_items(self.work / home, self.sources, run_id)
+        return {key for key, action in items.items() if action not in ("deleted", "skipped")}
+
+
+def _sync_pages(done: SyncRun) -> int:
+    """Pages the run covered: crawled for the first time (new), or confirmed on a resync."""
+    c = done.counts
+    if c.get("dry_run"):
+        return int(c["would_add"] + c["would_update"] + c["unchanged"])
+    return int(c["new"] + c["changed"] + c["unchanged"] + c["failed"])
+
+
+def _bench_corpus(corpus: Corpus, work: Path, include: str) -> CorpusResult:
+    from plugins.connectors.web.urls import canonicalize
+
+    out = CorpusResult()
+    with _nginx(corpus.root.resolve(), work / "nginx") as (server, switch):
+        bench = _Bench(server, work, include)
+        scrapy_first, scrapy_done = bench.scrapy("first crawl", "scrapy-cache-defaults")
+        crawl, crawl_done = bench.sync("crawl only", "home-dry", dry_run=True)
+        sync, sync_done = bench.sync("full sync", "home", dry_run=False)
+        out.measured += [scrapy_first, crawl, sync]
+        base = server.base
+        scrapy_urls = relative_paths(scrapy_done.urls, base, canonicalize)
+        for label, home, run_id in (
+            ("crawl only", "home-dry", crawl_done.run_id),
+            ("full sync", "home", sync_done.run_id),
+        ):
+            ours = relative_paths(bench.urls_of(home, run_id), base, canonicalize)
+            out.notes.append(f"{label} vs Scrapy: " + agreement(ours, scrapy_urls).text("Tributary", "Scrapy"))
+        resyncs: dict[str, Measured] = {}
+        for number, (variant, directives) in enumerate(VARIANTS):
+            switch(directives)
+            scrapy_base = scrapy_first
+            if number:  # a cache filled under other headers would answer from them: start afresh
+                scrapy_base, _ = bench.scrapy(f"first crawl ({variant})", f"scrapy-cache-{number}")
+                out.measured.append(scrapy_base)
+            cache = "scrapy-cache-defaults" if not number else f"scrapy-cache-{number}"
+            resync, _ = bench.sync(f"no-change resync ({variant})", "home", False, sync.traffic.bytes_sent)
+            recrawl, _ = bench.scrapy(f"no-change recrawl ({variant})", cache, scrapy_base.traffic.bytes_sent)
+            out.measured += [resync, recrawl]
+            resyncs[variant] = resync
+        defaults = resyncs[VARIANTS[0][0]]
+        rates = (scrapy_first.pages_per_s, crawl.pages_per_s, sync.pages_per_s, defaults.pages_per_s)
+        out.goals = judge_goals(*rates, defaults.share or 0.0)
+    return out
+
+
+def _summary(quick: bool, results: dict[str, CorpusResult], skipped: list[str], load: tuple[str, str]) -> str:
+    trib = source_options("http://127.0.0.1:PORT", CONCURRENCY, QUICK_PATTERN if quick else "")
+    settings = "; ".join(
+        f"{r['concern']}: Scrapy {r['scrapy']} | Tributary {r['tributary']}"
+        for r in settings_rows(scrapy_settings(Path("cache"), CONCURRENCY), trib)
+    )
+    parts = [
+        ("Quick run (Python tutorial + HOWTOs only). " if quick else "")
+        + "Whole processes timed from outside, start-up included, one run each, nginx on 127.0.0.1; "
+        f"load average (1 min) {load[0]} before, {load[1]} after (2 cores shared).",
+        f"Settings side by side: {settings}.",
+    ]
+    for name, result in results.items():
+        parts.append(f"{name}: " + " ".join(f"{n}." for n in result.notes))
+        parts.append(f"{name} goals: " + "; ".join(g.text() for g in result.goals) + ".")
+    parts += [f"Skipped: {s}." for s in skipped]
+    parts.append(
+        "pages = pages the crawler handed on (Scrapy: items in its feed, from the server or its cache; "
+        "Tributary: pages indexed, or confirmed unchanged on a resync). Bytes vs first = nginx bytes over the "
+        "same crawler's first crawl (Tributary: its first full sync)."
+    )
+    return " ".join(parts)
+
+
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from tests.web.nginx import nginx_binary, serve_nginx
+    from tests.web.nginx import nginx_binary
 
     if nginx_binary() is None:
         raise RuntimeError("nginx is required: apt-get install nginx-light")
-    if not DOCS.exists():
-        raise RuntimeError("Python's HTML docs are required: apt-get install python3-doc")
-    rows: list[dict[str, Any]] = []
-    notes: list[str] = []
+    corpora = CORPORA[:1] if quick else CORPORA
+    include = QUICK_PATTERN if quick else ""
+    results: dict[str, CorpusResult] = {}
+    skipped = [f"{c.name}: {c.root} absent (apt-get install {c.package})" for c in corpora if not c.root.exists()]
+    if len(skipped) == len(corpora):
+        raise RuntimeError("no corpus installed: " + "; ".join(skipped))
+    before = _load()
     work = Path(tempfile.mkdtemp(prefix="bench-crawl-"))
     try:
-        variants = (
-            ("nginx defaults", ""),
-            ("Cache-Control: max-age=0", 'add_header Cache-Control "max-age=0";'),
-            ("Cache-Control: no-cache", 'add_header Cache-Control "no-cache";'),
-        )
-        for number, (variant, extra) in enumerate(variants):
-            with serve_nginx(DOCS.resolve(), work / f"nginx-{number}", extra=extra) as server:
-                tag = f"v{number}"
-                # --- first crawls
-                server.clear_log()
-                ours = _tributary_crawl(server.base, work / f"stage-{tag}-1", work / f"cache-{tag}.sqlite", None, quick)
-                ours_bytes, ours_requests, ours_status = _server_bytes(server, "Tributary")
-                server.clear_log()
-                scrapy = _scrapy_crawl(server.base, work / f"scrapy-cache-{tag}", quick)
-                scrapy_bytes, scrapy_requests, scrapy_status = _server_bytes(server, "scrapy-benchmark")
-                ours_urls = {u.removeprefix(server.base) for u in ours["fetched"]}
-                scrapy_urls = {u.removeprefix(server.base) for u in scrapy["fetched"]}
-                union = ours_urls | scrapy_urls
-                agreement = len(ours_urls & scrapy_urls) / len(union) if union else 1.0
-                if not rows:
-                    rows.append(
-                        {
-                            "phase": "first crawl",
-                            "crawler": "tributary",
-                            "pages": len(ours_urls),
-                            "requests": ours_requests,
-                            "wall_s": round(ours["wall"], 2),
-                            "pages_per_s": round(len(ours_urls) / ours["wall"], 1),
-                            "server_bytes": ours_bytes,
-                            "statuses": json.dumps(ours_status),
-                        }
-                    )
-                    rows.append(
-                        {
-                            "phase": "first crawl",
-                            "crawler": "scrapy",
-                            "pages": len(scrapy_urls),
-                            "requests": scrapy_requests,
-                            "wall_s": round(scrapy["wall"], 2),
-                            "pages_per_s": round(len(scrapy_urls) / scrapy["wall"], 1),
-                            "server_bytes": scrapy_bytes,
-                            "statuses": json.dumps(scrapy_status),
-                        }
-                    )
-                    notes.append(
-                        f"Scrapy's own elapsed_time_seconds for that crawl (start-up and shutdown included): "
-                        f"{scrapy['scrapy_elapsed']:.2f} s. "
-                        f"URL-set agreement (Jaccard) {agreement:.4f}: {len(ours_urls & scrapy_urls)} common, "
-                        f"{len(ours_urls - scrapy_urls)} only Tributary {sorted(ours_urls - scrapy_urls)[:5]}, "
-                        f"{len(scrapy_urls - ours_urls)} only Scrapy {sorted(scrapy_urls - ours_urls)[:5]}."
-                    )
-                first_ours_bytes, first_scrapy_bytes = ours_bytes, scrapy_bytes
-                # --- no-change recrawls
-                server.clear_log()
-                again = _tributary_crawl(
-                    server.base, work / f"stage-{tag}-2", work / f"cache-{tag}.sqlite", ours["known"], quick
-                )
-                re_bytes, re_requests, re_status = _server_bytes(server, "Tributary")
-                server.clear_log()
-                scrapy_again = _scrapy_crawl(server.base, work / f"scrapy-cache-{tag}", quick)
-                sre_bytes, sre_requests, sre_status = _server_bytes(server, "scrapy-benchmark")
-                for crawler, wall, sent, requests, status, first_bytes, covered in (
-                    (
-                        "tributary",
-                        again["wall"],
-                        re_bytes,
-                        re_requests,
-                        re_status,
-                        first_ours_bytes,
-                        len(again["alive"]),
-                    ),
-                    (
-                        "scrapy",
-                        scrapy_again["wall"],
-                        sre_bytes,
-                        sre_requests,
-                        sre_status,
-                        first_scrapy_bytes,
-                        len(scrapy_again["fetched"]),
-                    ),
-                ):
-                    rows.append(
-                        {
-                            "phase": f"no-change recrawl ({variant})",
-                            "crawler": crawler,
-                            "pages": covered,
-                            "requests": requests,
-                            "wall_s": round(wall, 2),
-                            "pages_per_s": round(covered / wall, 1) if wall else "",
-                            "server_bytes": sent,
-                            "bytes_vs_first": f"{100 * sent / first_bytes:.2f}%" if first_bytes else "",
-                            "statuses": json.dumps(status),
-                        }
-                    )
+        for number, corpus in enumerate(c for c in corpora if c.root.exists()):
+            results[corpus.name] = _bench_corpus(corpus, work / f"corpus-{number}", include)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    first = {r["crawler"]: r for r in rows if r["phase"] == "first crawl"}
-    summary = (
-        f"{'Quick run (tutorial + howto only). ' if quick else ''}Concurrency {CONCURRENCY}, delay 0, robots.txt "
-        f"obeyed, nginx on 127.0.0.1. First crawl: Tributary {first['tributary']['pages_per_s']} pages/s vs Scrapy "
-        f"{first['scrapy']['pages_per_s']} pages/s. " + " ".join(notes) + " Recrawl bytes are what nginx sent "
-        "(headers included) as a share of the same crawler's first crawl. 'pages' on a recrawl = pages the "
-        "crawl confirmed alive (Tributary) / responses handed to the spider (Scrapy, from its cache or the server)."
-    )
+    rows = [m.row(name) for name, result in results.items() for m in result.measured]
     return {
-        "title": "Web crawl: Tributary vs Scrapy (Python docs)",
-        "peer": "Scrapy 2.19.0",
+        "title": "Web crawl: Tributary vs Scrapy, whole processes (Python docs, PostgreSQL manual)",
+        "peer": "Scrapy 2.19.0 (scrapy runspider)",
         "rows": rows,
-        "summary": summary,
+        "summary": _summary(quick, results, skipped, (before, _load())),
+        "settings": settings_rows(
+            scrapy_settings(Path("<tmp>/cache"), CONCURRENCY), source_options("", CONCURRENCY, include)
+        ),
+        "goals": {name: [g.text() for g in r.goals] for name, r in results.items()},
     }
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--scrapy-child":
-        _scrapy_child(json.loads(sys.argv[2]))
-    else:
-        print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
+    import json
+    import sys
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
