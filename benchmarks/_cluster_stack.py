@@ -196,6 +196,7 @@ class RssSampler:
     def __init__(self, pids: dict[str, int], every: float = 0.25) -> None:
         self.pids, self.every = pids, every
         self.peaks = {name: _Peak() for name in pids}
+        self.max_load = 0.0  # highest 1-minute load average seen: the machine is shared
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
 
@@ -211,6 +212,7 @@ class RssSampler:
         while not self._stop.is_set():
             for name, pid in self.pids.items():
                 self._sample(self.peaks[name], pid)
+            self.max_load = max(self.max_load, os.getloadavg()[0])
             self._stop.wait(self.every)
 
     @staticmethod

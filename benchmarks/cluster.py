@@ -114,6 +114,7 @@ class InProcess:
     counts: dict[str, Any]
     peak_rss: int
     tally: IndexTally
+    max_load: float
 
 
 def _plain_env() -> dict[str, str]:
@@ -136,7 +137,8 @@ def run_in_process(work: Path, sources: Path, batch: int) -> InProcess:
             f"in-process sync failed ({proc.returncode}):\n{(work / f'a-{batch}.log').read_text()[-3000:]}"
         )
     summary = json.loads(out)
-    return InProcess(batch, wall, summary["counts"], sampler.peaks["cli"].tree_rss, _tally(home / "index.db", batch))
+    tally = _tally(home / "index.db", batch)
+    return InProcess(batch, wall, summary["counts"], sampler.peaks["cli"].tree_rss, tally, sampler.max_load)
 
 
 # ------------------------------------------------------------------------------------ run B
@@ -149,6 +151,7 @@ class ClusterRun:
     tasks: list[dict[str, Any]]
     peaks: dict[str, Any]
     tally: IndexTally
+    max_load: float
 
 
 def _when(stamp: str | None) -> float | None:
@@ -187,7 +190,7 @@ def run_on_cluster(stack: ClusterStack, batch: int) -> ClusterRun:
     tasks = _task_instances(stack, dag_id, run_id)
     peaks = {name: sampler.peaks[name] for name in WORKERS}
     tally = _tally(Path(stack.env["TRIBUTARY_INDEX_PATH"]), batch)
-    return ClusterRun(batch, run_id, run["state"], end - start, tasks, peaks, tally)
+    return ClusterRun(batch, run_id, run["state"], end - start, tasks, peaks, tally, sampler.max_load)
 
 
 def _task_stats(tasks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -228,13 +231,14 @@ def _row_b(a: InProcess, b: ClusterRun, pages: int) -> dict[str, Any]:
          "overhead_ms_per_doc": round(overhead_ms, 2), "task_busy_s": round(stats["busy_s"], 1),
          "extra_busy_per_task_s": round((stats["busy_s"] - a.wall) / max(1, stats["count"]), 2),
          "mean_queue_wait_s": round(stats["mean_wait_s"], 2), "tasks_per_worker": json.dumps(stats["hosts"]),
-         "peak_rss_mb": f"tree/worker {workers}"}  # fmt: skip
+         "peak_rss_mb": f"tree/worker {workers}", "max_load_1m": round(b.max_load, 1)}  # fmt: skip
 
 
 def _row_a(a: InProcess, pages: int) -> dict[str, Any]:
     return {"batch_size": a.batch, "pages": pages, "batches": -(-pages // a.batch), "run": "A: CLI in-process",
             "wall_s": round(a.wall, 1), "task_instances": "", "docs": a.tally.docs, "chunks": a.tally.chunks,
-            "same_chunks_as_A": "", "overhead_ms_per_doc": "", "peak_rss_mb": f"{a.peak_rss / MB:.0f}"}  # fmt: skip
+            "same_chunks_as_A": "", "overhead_ms_per_doc": "", "peak_rss_mb": f"{a.peak_rss / MB:.0f}",
+            "max_load_1m": round(a.max_load, 1)}  # fmt: skip
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:
@@ -255,14 +259,15 @@ def _summary(site: SiteInfo, rows: list[dict[str, Any]], startup: float, quick: 
         f"`python -m plugins.engine.cli sync` process (SQLite state and index), once, batch size "
         f"{rows[0]['batch_size']}; B's chunks are compared with A's by chunk id for that batch size and by "
         "(page, sequence, text hash) for the others, whose source name, hence doc ids, differ. "
-        f"B = REST trigger to the DAG run's end_date on api-server + scheduler + dag-processor + triggerer + 2 Celery workers (pool {CONCURRENCY} "
-        f"each), PostgreSQL metadata and state, Redis broker and budgets, SQLite index both workers write; cluster "
+        "B = REST trigger to the DAG run's end_date on api-server + scheduler + dag-processor + triggerer + "
+        f"2 Celery workers (pool {CONCURRENCY} each), PostgreSQL metadata and state, Redis broker and budgets, SQLite index both workers write; cluster "
         f"start-up ({startup:.0f} s, migrate included) not counted. Overhead = (B - A) / pages. "
         f"{_verdict(rows)} Peak RSS per worker: largest sum of RSS over the worker's process tree (Celery main, "
         "pool and task processes; shared pages counted per process), and the largest single process's VmHWM, "
         "sampled every 0.25 s. task_busy_s sums the task instances' durations; extra_busy_per_task_s = "
         "(task_busy_s - A's wall) / task instances, what each task costs beyond the in-process work (start-up, "
-        "DAG parse, staging round trips); mean_queue_wait_s is queued to running. All on one 2-core machine shared by every component."
+        "DAG parse, staging round trips); mean_queue_wait_s is queued to running. One 2-core machine for every "
+        "component, shared with other work: max_load_1m is the highest 1-minute load average seen during the run."
     )
 
 
