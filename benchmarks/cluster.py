@@ -254,7 +254,7 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
 def _summary(site: SiteInfo, rows: list[dict[str, Any]], startup: float, quick: bool) -> str:
     return (
         f"{'Quick run. ' if quick else ''}{site.pages} generated pages ({site.total_bytes / MB:.0f} MB, "
-        f"{site.min_bytes // 1024}-{site.max_bytes // 1024} KB each, PostgreSQL manual paragraphs) on nginx "
+        f"{site.min_bytes / 1000:.1f}-{site.max_bytes / 1000:.1f} kB each, PostgreSQL manual paragraphs) on nginx "
         f"127.0.0.1; crawl concurrency {CRAWL_CONCURRENCY}, delay 0, token chunker 256. A = whole "
         f"`python -m plugins.engine.cli sync` process (SQLite state and index), once, batch size "
         f"{rows[0]['batch_size']}; B's chunks are compared with A's by chunk id for that batch size and by "
