@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SPIDER", "USER_AGENT", "ScrapyRun", "run_scrapy", "scrapy_command", "scrapy_settings"]
+from benchmarks._crawl_proc import timed_run
+
+__all__ = ["SPIDER", "USER_AGENT", "ScrapyRun", "run_scrapy", "scrapy_command", "scrapy_settings", "scrapy_version"]
 
 USER_AGENT = "scrapy-benchmark"
 
@@ -83,6 +83,7 @@ def scrapy_command(spider: Path, feed: Path, settings: dict[str, str], base: str
 @dataclass(frozen=True, slots=True)
 class ScrapyRun:
     wall: float  # whole process, start-up and shutdown included
+    cpu: float  # CPU seconds the process used
     urls: frozenset[str]  # as Scrapy saw them (not canonicalised)
     cached: int  # pages served from the HTTP cache without a fresh download
     stats: dict[str, float]  # from Scrapy's closing stats dump, the numeric ones we report
@@ -117,17 +118,25 @@ def run_scrapy(workdir: Path, cache_dir: Path, base: str, allow: str, concurrenc
     spider.write_text(SPIDER, encoding="utf-8")
     feed = workdir / "urls.jl"
     cmd = scrapy_command(spider, feed, scrapy_settings(cache_dir, concurrency), base, allow)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=1800, check=False)
-    wall = time.perf_counter() - start
+    timed = timed_run(cmd, cwd=workdir, timeout=1800)
+    proc = timed.proc
     (workdir / "scrapy.log").write_text(proc.stderr, encoding="utf-8")
     if proc.returncode != 0:
         raise RuntimeError(f"scrapy runspider failed ({proc.returncode}): {proc.stderr[-3000:]}")
     rows = _feed_rows(feed)
     feed.unlink(missing_ok=True)  # -O overwrites anyway; the next run must not read this one's
     return ScrapyRun(
-        wall=wall,
+        wall=timed.wall,
+        cpu=timed.cpu,
         urls=frozenset(str(r["url"]) for r in rows),
         cached=sum(1 for r in rows if r.get("cached")),
         stats=_closing_stats(proc.stderr),
     )
+
+
+def scrapy_version(workdir: Path) -> str:
+    """``scrapy version`` (also the benchmark's untimed warm-up of Scrapy's start-up)."""
+    out = timed_run([*_scrapy_executable(), "version"], cwd=workdir, timeout=300).proc
+    if out.returncode != 0:
+        raise RuntimeError(f"scrapy is not runnable here: {out.stderr[-2000:]}")
+    return out.stdout.strip()

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCE_NAME", "SyncRun", "run_items", "run_sync", "source_options", "sources_yaml"]
+from benchmarks._crawl_proc import Timed, timed_run
+
+__all__ = ["SOURCE_NAME", "SyncRun", "list_sources", "run_items", "run_sync", "source_options", "sources_yaml"]
 
 SOURCE_NAME = "bench"
 SOURCE_ID = f"web:{SOURCE_NAME}"
@@ -59,35 +59,39 @@ def _env(home: Path, sources: Path) -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class SyncRun:
     wall: float  # whole process, interpreter start-up included
+    cpu: float  # CPU seconds the process used
     run_id: str
     status: str
     counts: dict[str, Any]
 
 
-def _cli(home: Path, sources: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    cmd = [sys.executable, "-m", "plugins.engine.cli", *args]
-    start = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=_REPO, env=_env(home, sources), capture_output=True, text=True, timeout=3600, check=False
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return wall, proc
+def _cli(home: Path, sources: Path, *args: str) -> Timed:
+    timed = timed_run([sys.executable, "-m", "plugins.engine.cli", *args], cwd=_REPO, env=_env(home, sources))
+    if timed.proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({timed.proc.returncode}): {timed.proc.stderr[-3000:]}")
+    return timed
 
 
 def run_sync(home: Path, sources: Path, *, dry_run: bool) -> SyncRun:
     """One ``cli sync`` process; its stderr (the run's log) is kept under ``home``."""
     home.mkdir(parents=True, exist_ok=True)
     args = ["sync", SOURCE_ID, "--json", *(["--dry-run"] if dry_run else [])]
-    wall, proc = _cli(home, sources, *args)
+    timed = _cli(home, sources, *args)
+    proc = timed.proc
     runs = len(list(home.glob("sync-*.log")))
     (home / f"sync-{runs + 1}.log").write_text(proc.stderr, encoding="utf-8")
     summary = json.loads(proc.stdout)
-    return SyncRun(wall=wall, run_id=summary["run_id"], status=summary["status"], counts=summary["counts"])
+    return SyncRun(
+        wall=timed.wall, cpu=timed.cpu, run_id=summary["run_id"], status=summary["status"], counts=summary["counts"]
+    )
 
 
 def run_items(home: Path, sources: Path, run_id: str) -> dict[str, str]:
     """item key -> action of one run, from ``cli run RUN_ID --json`` (after the timed run)."""
-    _, proc = _cli(home, sources, "run", run_id, "--json", "--source", SOURCE_ID)
-    return {item["item_key"]: item["action"] for item in json.loads(proc.stdout)["items"]}
+    out = _cli(home, sources, "run", run_id, "--json", "--source", SOURCE_ID).proc.stdout
+    return {item["item_key"]: item["action"] for item in json.loads(out)["items"]}
+
+
+def list_sources(home: Path, sources: Path) -> str:
+    """``cli sources`` (also the benchmark's untimed warm-up of the CLI's start-up)."""
+    return _cli(home, sources, "sources").proc.stdout

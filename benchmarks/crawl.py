@@ -76,6 +76,7 @@ class Measured:
     command: str
     pages: int
     wall: float
+    cpu: float
     traffic: Traffic
     first_bytes: int | None = None  # the first crawl's bytes this run is compared with
 
@@ -95,6 +96,7 @@ class Measured:
             "command": self.command,
             "pages": self.pages,
             "wall_s": round(self.wall, 2),
+            "cpu_s": round(self.cpu, 2),
             "pages_per_s": round(self.pages_per_s, 1),
             "requests": self.traffic.requests,
             "server_bytes": self.traffic.bytes_sent,
@@ -133,7 +135,8 @@ def _nginx(root: Path, workdir: Path) -> Iterator[tuple[Any, Callable[[str], Non
         def switch(directives: str) -> None:
             variant.write_text(directives)
             conf = str(workdir / "nginx.conf")
-            subprocess.run([str(nginx_binary()), "-p", str(workdir), "-c", conf, "-s", "reload"], check=True)
+            reload = [str(nginx_binary()), "-p", str(workdir), "-c", conf, "-s", "reload"]
+            subprocess.run(reload, check=True, capture_output=True)
             wanted = "no-cache" if "no-cache" in directives else None
             deadline = time.monotonic() + 10
             while httpx.head(server.base + "/").headers.get("cache-control") != wanted:
@@ -166,7 +169,9 @@ class _Bench:
         workdir = self.work / f"scrapy-run-{self.scrapy_runs}"
         action = lambda: run_scrapy(workdir, self.work / cache, self.server.base, self.include, CONCURRENCY)  # noqa: E731
         done, traffic = _observed(self.server, SCRAPY_AGENT, action)
-        return Measured(run, "scrapy", "scrapy runspider", len(done.urls), done.wall, traffic, first_bytes), done
+        return Measured(
+            run, "scrapy", "scrapy runspider", len(done.urls), done.wall, done.cpu, traffic, first_bytes
+        ), done
 
     def sync(self, run: str, home: str, dry_run: bool, first_bytes: int | None = None) -> tuple[Measured, SyncRun]:
         action = lambda: run_sync(self.work / home, self.sources, dry_run=dry_run)  # noqa: E731
@@ -174,7 +179,7 @@ class _Bench:
         if done.status != "success":
             raise RuntimeError(f"tributary {run}: run {done.run_id} ended {done.status}: {done.counts}")
         command = "cli sync --dry-run" if dry_run else "cli sync"
-        return Measured(run, "tributary", command, _sync_pages(done), done.wall, traffic, first_bytes), done
+        return Measured(run, "tributary", command, _sync_pages(done), done.wall, done.cpu, traffic, first_bytes), done
 
     def urls_of(self, home: str, run_id: str) -> set[str]:
         items = run_items(self.work / home, self.sources, run_id)
@@ -249,6 +254,19 @@ def _summary(quick: bool, results: dict[str, CorpusResult], skipped: list[str], 
     return " ".join(parts)
 
 
+def warm_up(workdir: Path) -> str:
+    """One untimed start of each tool, so that neither pays for reading its code from disk first."""
+    from benchmarks._crawl_scrapy import scrapy_version
+    from benchmarks._crawl_tributary import list_sources
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    version = scrapy_version(workdir)
+    sources = workdir / "sources.yaml"
+    sources.write_text(sources_yaml(source_options("http://127.0.0.1:1", CONCURRENCY, "")), encoding="utf-8")
+    list_sources(workdir / "home", sources)
+    return version
+
+
 def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
@@ -264,17 +282,18 @@ def run(quick: bool = False) -> dict[str, Any]:
     skipped = [f"{c.name}: {c.root} absent (apt-get install {c.package})" for c in corpora if not c.root.exists()]
     if len(skipped) == len(corpora):
         raise RuntimeError("no corpus installed: " + "; ".join(skipped))
-    before = _load()
     work = Path(tempfile.mkdtemp(prefix="bench-crawl-"))
     try:
+        version = warm_up(work / "warm-up")
+        before = _load()
         for number, corpus in enumerate(c for c in corpora if c.root.exists()):
             results[corpus.name] = _bench_corpus(corpus, work / f"corpus-{number}", include)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [m.row(name) for name, result in results.items() for m in result.measured]
     return {
-        "title": "Web crawl: Tributary vs Scrapy, whole processes (Python docs, PostgreSQL manual)",
-        "peer": "Scrapy 2.19.0 (scrapy runspider)",
+        "title": f"Web crawl: Tributary vs Scrapy, whole processes ({', '.join(results)})",
+        "peer": f"{version} (scrapy runspider)",
         "rows": rows,
         "summary": _summary(quick, results, skipped, (before, _load())),
         "settings": settings_rows(
