@@ -55,6 +55,15 @@ class StagingBackend(Protocol):
 BACKENDS: dict[str, str] = {
     "": "include.staging.local:LocalBackend",
     "file": "include.staging.local:LocalBackend",
+    # object storage through Airflow's ObjectStoragePath (the provider of each scheme must be
+    # installed: s3 is apache-airflow-providers-amazon + s3fs)
+    "s3": "include.staging.objectstore:ObjectStoreBackend",
+    "gs": "include.staging.objectstore:ObjectStoreBackend",
+    "gcs": "include.staging.objectstore:ObjectStoreBackend",
+    "abfs": "include.staging.objectstore:ObjectStoreBackend",
+    "az": "include.staging.objectstore:ObjectStoreBackend",
+    # the state database (TRIBUTARY_STATE_URL): db:///<root>/<dag>/<run>/<name>
+    "db": "include.staging.database:DatabaseBackend",
 }
 
 

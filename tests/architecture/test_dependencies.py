@@ -40,8 +40,9 @@ COMPONENT_SEAMS = (
 )
 AIRFLOW_LAYERS = ("plugins.tributary_airflow", "plugins.tributary_plugin", "dags")
 # ground modules allowed to touch Airflow: the Connections lookup (Airflow's secrets backends are
-# where credentials live; every other module receives them as typed records)
-AIRFLOW_SEAMS: frozenset[str] = frozenset({"include.connections"})
+# where credentials live; every other module receives them as typed records), and the object-storage
+# staging backend (ObjectStoragePath resolves a location's Connection; imported only for s3:// etc.)
+AIRFLOW_SEAMS: frozenset[str] = frozenset({"include.connections", "include.staging.objectstore"})
 
 
 @dataclass(frozen=True)
