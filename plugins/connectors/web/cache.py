@@ -51,15 +51,37 @@ class CachedPage:
         return (etag is None or etag == self.etag) and (last_modified is None or last_modified == self.last_modified)
 
 
+_OPENING = threading.Lock()
+_SETUP_TRIES = 50  # 0.1 s apart: how long a peer's set-up of the same file is waited for
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """The cache file opened in WAL mode with its table. Partitions of one source crawl in
+    parallel (threads here, tasks on one machine) and open one file together; switching the
+    journal mode does not wait on SQLite's busy handler, so set-up is serialised in this process
+    and retried while another process holds the file."""
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=60)
+    for attempt in range(_SETUP_TRIES):
+        try:
+            with _OPENING:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(_SCHEMA)
+            return db
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == _SETUP_TRIES - 1:
+                db.close()
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
 class LinkCache:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        self._db = _connect(path)
         self._pending: list[tuple[Any, ...]] = []
 
     def get(self, url: str) -> CachedPage | None:

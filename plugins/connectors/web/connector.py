@@ -170,7 +170,8 @@ class WebConnector(Connector):
         try:
             known = {} if request.full_resync else request.known
             # a partition's crawl leaves the other partitions' hosts (and their cache rows) alone
-            whole = Scope(self.options.seeds, self.options.scope) if request.partition is not None else None
+            o = self.options
+            whole = Scope(o.seeds, o.scope, o.include, o.exclude) if request.partition is not None else None
             crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items, whole)
             fetcher.delay_for = crawler.delay_for
             result = await crawler.run()

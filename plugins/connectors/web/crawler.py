@@ -194,7 +194,8 @@ class Crawler:
 
     def _skip_reason(self, url: str, depth: int) -> str | None:
         scope_refusal = self.scope.refusal(url)
-        if scope_refusal == "out_of_scope" and self.whole is not None and self.whole.in_scope(url):
+        whole = self.whole
+        if scope_refusal == "out_of_scope" and whole is not None and whole.in_scope(url) and whole.allowed(url):
             if len(self.handoffs) < _MAX_HANDOFFS:
                 self.handoffs.add(url)
             return "skipped_other_partition"
