@@ -250,7 +250,13 @@ class Position:
     path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if k == "bbox" else v) for k, v in asdict(self).items() if v is not None}
+        # field by field, not dataclasses.asdict: its deep copy made this the hot spot of staging
+        out: dict[str, Any] = {}
+        for name in _POSITION_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if name == "bbox" else value
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Position:
@@ -264,6 +270,9 @@ class Position:
             slide=data.get("slide"),
             path=data.get("path"),
         )
+
+
+_POSITION_FIELDS = ("page", "bbox", "sheet", "row", "line", "slide", "path")
 
 
 @dataclass(slots=True)

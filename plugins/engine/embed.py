@@ -32,6 +32,7 @@ from include.vectors import VectorSet, encode_vectors
 from plugins.embedders.base import EmbeddedTexts, Embedder, EmbeddingError
 from plugins.embedders.registry import open_embedder
 from plugins.engine.manifests import corrupt_failure, load_chunks, read_stage_manifest, write_stage_manifest
+from plugins.engine.packed import PackedReader
 from plugins.engine.records import EmbedOutcome, ItemFailure, ItemRecord, StagedRef, TruncatedChunk
 
 __all__ = ["EmbedderFactory", "embed_stage", "open_source_embedder"]
@@ -158,9 +159,10 @@ def _document_vectors(
 
 def _staged_chunks(items: Sequence[ItemRecord], failures: list[ItemFailure]) -> list[tuple[ItemRecord, list[Chunk]]]:
     loaded = []
+    reader = PackedReader()  # the batch's chunk file: verified and decoded once
     for item in items:
         try:
-            loaded.append((item, load_chunks(item)))
+            loaded.append((item, load_chunks(item, reader)))
         except StagingCorruptError as exc:
             failures.append(corrupt_failure(item.item_key, exc))
     return loaded

@@ -20,6 +20,7 @@ from include.contract import Change, Chunk, RawDocument
 from include.staging import StagingArea, StagingCorruptError
 from include.staging.locations import join, location_name, location_parent
 from include.vectors import VectorFileError, VectorSet, decode_vectors
+from plugins.engine.packed import PackedReader
 from plugins.engine.records import (
     BatchManifest,
     ItemFailure,
@@ -158,12 +159,15 @@ def load_raw(item: ItemRecord) -> RawDocument:
     )
 
 
-def load_chunks(item: ItemRecord) -> list[Chunk]:
-    """The chunks chunking staged for an item (:class:`StagingCorruptError` if they changed)."""
+def load_chunks(item: ItemRecord, reader: PackedReader | None = None) -> list[Chunk]:
+    """The chunks chunking staged for an item (:class:`StagingCorruptError` if they changed).
+
+    A stage reading a whole batch passes one ``reader``, so the batch's chunk file is verified
+    and decoded once, not once per item."""
     chunked = item.chunked
     if chunked is None:
         raise ValueError(f"item {item.item_key!r} was not chunked: it has no staged chunks")
-    return [Chunk.from_dict(c) for c in StagingArea.read_json_verified(chunked.file.path, chunked.file.digest())]
+    return (reader or PackedReader()).chunks(chunked.file, item.item_key)
 
 
 def load_vectors(item: ItemRecord, chunks: list[Chunk]) -> VectorSet | None:

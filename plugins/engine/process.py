@@ -16,7 +16,7 @@ from typing import Any
 from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
-from include.staging import StagingArea, StagingCorruptError
+from include.staging import StagedFile, StagingArea, StagingCorruptError
 from plugins.chunkers.registry import chunk_document
 from plugins.connectors.base import Connector
 from plugins.engine.lineage import parser_warnings
@@ -31,6 +31,7 @@ from plugins.engine.manifests import (
     write_fetched_manifest,
     write_stage_manifest,
 )
+from plugins.engine.packed import PackedReader, put_chunks, put_parsed
 from plugins.engine.records import ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
 
@@ -77,7 +78,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
     """Parse every fetched item; drop items whose extracted content did not change."""
     manifest = read_stage_manifest(fetched_path)
     out = manifest.next("parsed")
-    staging = StagingArea.of(fetched_path)
+    docs: dict[str, ParsedDocument] = {}
     for item in manifest.items:
         start = time.perf_counter()
         try:
@@ -104,33 +105,44 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
                 _timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged")
             )
             continue
-        staged = staging.put_json(f"parsed/{document_id(source.source_id, item.item_key)}.json", doc.to_dict())
-        outcome.file = StagedRef.of(staged)
+        docs[item.item_key] = doc
         out.items.append(_timed(item, "parse", start, parsed=outcome))
+    _stage_batch_file(out.items, "parsed", put_parsed(StagingArea.of(fetched_path), out.batch, docs) if docs else None)
     return write_stage_manifest(fetched_path, out)
+
+
+def _stage_batch_file(items: list[ItemRecord], stage: str, staged: StagedFile | None) -> None:
+    """Point every item of the batch at the one file its stage staged (``parsed`` or ``chunked``)."""
+    if staged is None:
+        return
+    ref = StagedRef.of(staged)
+    for item in items:
+        outcome = getattr(item, stage)
+        outcome.file = ref
 
 
 # ----------------------------------------------------------------------------------- chunk
 
 
-def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig) -> list[Chunk]:
+def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig, reader: PackedReader) -> list[Chunk]:
     parsed = item.parsed.file if item.parsed else None
     if parsed is None:
         raise ValueError(f"item {item.item_key!r} reached chunking without a staged parsed document")
-    doc = ParsedDocument.from_dict(StagingArea.read_json_verified(parsed.path, parsed.digest()))
+    doc = reader.parsed(parsed, item.item_key)
     return chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
 
 
 def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
     manifest = read_stage_manifest(parsed_path)
     out = manifest.next("chunked")
-    staging = StagingArea.of(parsed_path)
+    reader = PackedReader()
+    staged: dict[str, list[Chunk]] = {}
     for item in manifest.items:
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
         doc_id = (item.prior.doc_id if item.prior else None) or document_id(source.source_id, item.item_key)
         try:
-            chunks = _chunks_of(item, doc_id, source)
+            chunks = _chunks_of(item, doc_id, source, reader)
         except StagingCorruptError as exc:
             out.failures.append(corrupt_failure(item.item_key, exc))
             continue
@@ -139,17 +151,23 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
                 ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
             )
             continue
-        staged = staging.put_json(f"chunks/{doc_id}.json", [c.to_dict() for c in chunks])
+        staged[item.item_key] = chunks
         meta = chunks[0].metadata if chunks else {}
         outcome = ChunkOutcome(
             doc_id=doc_id,
-            file=StagedRef.of(staged),
+            file=_UNSTAGED,  # the batch's chunk file, once it is written below
             chunk_ids=[c.chunk_id for c in chunks],
             chunker=str(meta.get("chunker", source.chunker.name)),
             chunker_options_hash=meta.get("chunker_options_hash"),
         )
         out.items.append(_timed(item, "chunk", start, chunked=outcome))
+    _stage_batch_file(
+        out.items, "chunked", put_chunks(StagingArea.of(parsed_path), out.batch, staged) if staged else None
+    )
     return write_stage_manifest(parsed_path, out)
+
+
+_UNSTAGED = StagedRef("", 0, "")
 
 
 # ----------------------------------------------------------------------------------- upsert
@@ -170,13 +188,13 @@ def _doc_metadata(raw_metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: raw_metadata[k] for k in _INDEXED_METADATA if raw_metadata.get(k) not in (None, "", [])}
 
 
-def _document_write(item: ItemRecord, source: SourceConfig, run_id: str) -> DocumentWrite:
+def _document_write(item: ItemRecord, source: SourceConfig, run_id: str, reader: PackedReader) -> DocumentWrite:
     """The index write of one chunked item, with its vectors when it was embedded
     (:class:`StagingCorruptError` if its chunks or vectors changed in staging)."""
     raw, parsed, chunked = item.raw, item.parsed, item.chunked
     if raw is None or parsed is None or chunked is None:
         raise ValueError(f"item {item.item_key!r} reached the upsert without being fetched, parsed and chunked")
-    chunks = load_chunks(item)
+    chunks = load_chunks(item, reader)
     prior_ids = set(item.prior.chunk_ids if item.prior else ())
     record = DocumentRecord(
         source=source.source_id,
@@ -214,9 +232,10 @@ def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callabl
     out = manifest.next("upserted")
     writes: list[DocumentWrite] = []
     items: list[ItemRecord] = []
+    reader = PackedReader()
     for item in manifest.items:
         try:
-            writes.append(_document_write(item, source, manifest.run_id))
+            writes.append(_document_write(item, source, manifest.run_id, reader))
         except StagingCorruptError as exc:
             out.failures.append(corrupt_failure(item.item_key, exc))
             continue

@@ -8,11 +8,12 @@ being told "304 Not Modified" and keeping bad text until the page changes).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from include.config import SourceConfig
 from include.index import open_index
@@ -166,9 +167,10 @@ def test_chunks_edited_in_staging_before_upsert_are_not_written(tributary_home: 
         for entry in _entries(chunked):
             assert entry.chunked is not None
             path = Path(entry.chunked.file.path)
-            chunks = json.loads(path.read_text(encoding="utf-8"))
-            chunks[0]["text"] = "Injected text that was never in the source."
-            path.write_text(json.dumps(chunks), encoding="utf-8")  # valid JSON, other content
+            # the batch's chunk file (msgpack: item key -> chunks), rewritten valid, other content
+            staged = msgspec.msgpack.decode(path.read_bytes())
+            staged[entry.item_key][0]["text"] = "Injected text that was never in the source."
+            path.write_bytes(msgspec.msgpack.encode(staged))
 
     counts = _run_with(RunContext(source=src, run_id="edited"), {"chunk": edit_chunks})
     assert (counts["new"], counts["failed"], counts["chunks_written"]) == (0, 1, 0), counts
