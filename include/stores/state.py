@@ -23,7 +23,7 @@ import fcntl
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -31,6 +31,8 @@ from sqlalchemy.engine import Engine
 from include.contract import VersionEvidence
 
 __all__ = ["ItemState", "RunItem", "StateStore"]
+
+_T = TypeVar("_T")
 
 _meta = sa.MetaData()
 
@@ -276,31 +278,35 @@ class StateStore:
             return _item(row) if row else None
 
     def save_items(self, states: Iterable[ItemState]) -> None:
-        """Insert or replace item rows (idempotent: re-running a commit writes the same rows)."""
+        """Insert or replace item rows (idempotent: re-running a commit writes the same rows).
+
+        Written in bulk: one lookup of the existing keys per 500 rows, then one executemany of
+        updates and one of inserts, instead of two statements per item."""
         now = _now()
+        rows = {
+            (st.source, st.item_key): {
+                "source": st.source,
+                "item_key": st.item_key,
+                "doc_id": st.doc_id,
+                "version": st.version.to_dict() if st.version else None,
+                "content_hash": st.content_hash,
+                "processing_hash": st.processing_hash,
+                "chunk_ids": list(st.chunk_ids),
+                "title": st.title,
+                "url": st.url,
+                "last_seen_run": st.last_seen_run,
+                "last_indexed_run": st.last_indexed_run,
+                "missing_runs": st.missing_runs,
+                "failure_count": st.failure_count,
+                "last_failure_run": st.last_failure_run,
+                "last_error": st.last_error,
+                "last_error_reason": st.last_error_reason,
+                "updated_at": now,
+            }
+            for st in states  # the last state of a key wins, as when each replaced the one before
+        }
         with self.engine.begin() as conn:
-            for st in states:
-                values = {
-                    "doc_id": st.doc_id,
-                    "version": st.version.to_dict() if st.version else None,
-                    "content_hash": st.content_hash,
-                    "processing_hash": st.processing_hash,
-                    "chunk_ids": list(st.chunk_ids),
-                    "title": st.title,
-                    "url": st.url,
-                    "last_seen_run": st.last_seen_run,
-                    "last_indexed_run": st.last_indexed_run,
-                    "missing_runs": st.missing_runs,
-                    "failure_count": st.failure_count,
-                    "last_failure_run": st.last_failure_run,
-                    "last_error": st.last_error,
-                    "last_error_reason": st.last_error_reason,
-                    "updated_at": now,
-                }
-                key = (items_table.c.source == st.source) & (items_table.c.item_key == st.item_key)
-                updated = conn.execute(items_table.update().where(key).values(**values)).rowcount
-                if not updated:
-                    conn.execute(items_table.insert().values(source=st.source, item_key=st.item_key, **values))
+            _upsert_rows(conn, items_table, ("source", "item_key"), list(rows.values()))
 
     def rename_items(self, source: str, renames: Mapping[str, str]) -> None:
         """Move item rows to new keys (old -> new), keeping every other column (doc id included).
@@ -459,18 +465,21 @@ class StateStore:
             return [dict(r._mapping) for r in conn.execute(q)]
 
     def record_run_items(self, run_id: str, source: str, items: Iterable[RunItem]) -> None:
+        """One lineage row per item of the run, inserted or replaced in bulk (see save_items)."""
         now = _now()
+        names = [f for f in RunItem.__dataclass_fields__ if f != "item_key"]
+        rows = {
+            it.item_key: {
+                **{f: getattr(it, f) for f in names},
+                "source": source,
+                "run_id": run_id,
+                "item_key": it.item_key,
+                "recorded_at": now,
+            }
+            for it in items
+        }
         with self.engine.begin() as conn:
-            for it in items:
-                values = {f: getattr(it, f) for f in RunItem.__dataclass_fields__ if f != "item_key"}
-                values.update(source=source, recorded_at=now)
-                key = (
-                    (run_items_table.c.run_id == run_id)
-                    & (run_items_table.c.source == source)
-                    & (run_items_table.c.item_key == it.item_key)
-                )
-                if not conn.execute(run_items_table.update().where(key).values(**values)).rowcount:
-                    conn.execute(run_items_table.insert().values(run_id=run_id, item_key=it.item_key, **values))
+            _upsert_rows(conn, run_items_table, ("source", "run_id", "item_key"), list(rows.values()))
 
     def run_items(self, run_id: str, action: str | None = None, source: str | None = None) -> list[dict[str, Any]]:
         """Lineage rows of a run; without ``source``, of the most recent run with that id."""
@@ -516,9 +525,45 @@ def _item(row: Any) -> ItemState:
     )
 
 
-def _batched(seq: list[str], size: int) -> Iterator[list[str]]:
+def _batched(seq: list[_T], size: int) -> Iterator[list[_T]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
+
+
+def _existing_keys(
+    conn: sa.Connection, table: sa.Table, key: tuple[str, ...], rows: list[dict[str, Any]]
+) -> set[tuple[Any, ...]]:
+    """Which of ``rows``' primary keys the table holds: the leading key columns are equal across
+    the rows of one call (one source, one run), the last one is looked up with IN."""
+    *fixed, last = key
+    found: set[tuple[Any, ...]] = set()
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[c] for c in fixed), []).append(row[last])
+    for prefix, values in groups.items():
+        where = [table.c[c] == v for c, v in zip(fixed, prefix, strict=True)]
+        for part in _batched(values, 500):
+            query = sa.select(table.c[last]).where(*where, table.c[last].in_(part))
+            found.update((*prefix, value) for (value,) in conn.execute(query))
+    return found
+
+
+def _upsert_rows(conn: sa.Connection, table: sa.Table, key: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """Insert rows whose key is new and update the others, each kind as one executemany (a
+    portable upsert: the same statements on SQLite and PostgreSQL)."""
+    if not rows:
+        return
+    existing = _existing_keys(conn, table, key, rows)
+    old = [r for r in rows if tuple(r[c] for c in key) in existing]
+    new = [r for r in rows if tuple(r[c] for c in key) not in existing]
+    if old:
+        # bound names differ from column names: SQLAlchemy reserves a column's name for SET
+        match = [table.c[c] == sa.bindparam(f"k_{c}") for c in key]
+        columns: dict[str, Any] = {c: sa.bindparam(c) for c in old[0] if c not in key}
+        params = [{**{f"k_{c}": r[c] for c in key}, **{c: r[c] for c in columns}} for r in old]
+        conn.execute(table.update().where(*match).values(columns), params)
+    if new:
+        conn.execute(table.insert(), new)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
