@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from include.contract import Change, Chunk, RawDocument
-from include.staging import StagingArea, StagingCorruptError
+from include.staging import StagingArea, StagingCorruptError, file_digest
 from include.staging.locations import join, location_name, location_parent
 from include.vectors import VectorFileError, VectorSet, decode_vectors
 from plugins.engine.packed import PackedReader
@@ -105,16 +105,31 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     out = batch.next("fetched")
     out.failures.extend(failures)
     for raw in fetched:
-        path = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
-        digest = staging.staged_digest(path)  # hashed once, by stage_raw
-        assert digest is not None
         item = by_key[raw.item_key]
-        ref = StagedRef(path, int(digest["size"]), str(digest["sha256"]))
+        ref = _already_staged(staging, item, raw) or _stage_raw(staging, raw)
         if (problem := _differs_from_staged(item, ref)) is not None:
             out.failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
             continue
         out.items.append(dataclasses.replace(item, raw=_raw_ref(raw, ref)))
     return write_stage_manifest(batch_manifest_path, out)
+
+
+def _stage_raw(staging: StagingArea, raw: RawDocument) -> StagedRef:
+    path = staging.stage_raw(raw.item_key, raw.data, raw.file_name)
+    digest = staging.staged_digest(path)  # hashed once, by stage_raw
+    assert digest is not None
+    return StagedRef(path, int(digest["size"]), str(digest["sha256"]))
+
+
+def _already_staged(staging: StagingArea, item: ItemRecord, raw: RawDocument) -> StagedRef | None:
+    """The file discovery staged in this run's ``raw/``, when the fetched bytes are those (a
+    crawler's page read back): writing them again would only cost a file replace per page."""
+    staged = item.staged
+    if staged is None or len(raw.data) != staged.size or not staged.path.startswith(staging.path("raw") + "/"):
+        return None
+    if file_digest(raw.data)["sha256"] != staged.sha256 or not StagingArea.exists_at(staged.path):
+        return None
+    return staged
 
 
 def _raw_ref(raw: RawDocument, ref: StagedRef) -> RawRef:
