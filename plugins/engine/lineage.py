@@ -60,6 +60,7 @@ _WARNING_KEYS = (
     "hidden_sheets_skipped",
     "embedded_failed",
     "pdfium_refused",
+    "rendered",  # a web page's text is what headless Chromium rendered ("chromium 812 ms")
     "warnings",
 )
 _MAX_WARNING_CHARS = 2000  # a lineage row stays small whatever a parser put in its metadata

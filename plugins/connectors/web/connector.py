@@ -45,12 +45,16 @@ from plugins.connectors.web.crawler import Crawler
 from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
 from plugins.connectors.web.options import WebOptions, canonical_page_url
 from plugins.connectors.web.politeness import make_politeness
+from plugins.connectors.web.render import make_render_step
 from plugins.connectors.web.ssrf import AddressGuard
 from plugins.connectors.web.urls import Scope, file_name_for
 
 __all__ = ["WebConnector"]
 
 T = TypeVar("T")
+
+# Change metadata a fetched document keeps (a rendered page says so, and how long it took).
+_DOCUMENT_METADATA = ("content_type", "depth", "requested_url", "rendered", "render_ms", "rendered_url")
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -174,7 +178,12 @@ class WebConnector(Connector):
             whole = Scope(o.seeds, o.scope, o.include, o.exclude) if request.partition is not None else None
             crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items, whole)
             fetcher.delay_for = crawler.delay_for
-            result = await crawler.run()
+            crawler.render = make_render_step(options, fetcher, crawler.robots, crawler._hop_refusal)
+            try:
+                result = await crawler.run()
+            finally:
+                if crawler.render is not None:
+                    await crawler.render.close()
         finally:
             cache.close()
             await fetcher.politeness.close()
@@ -203,7 +212,7 @@ class WebConnector(Connector):
             url=url,
             title=change.title,
             version=change.version,
-            metadata={k: v for k, v in change.metadata.items() if k in ("content_type", "depth", "requested_url")},
+            metadata={k: v for k, v in change.metadata.items() if k in _DOCUMENT_METADATA},
         )
 
     async def _fetch_live(self, url: str) -> tuple[bytes, str | None]:

@@ -27,8 +27,10 @@ from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
+from plugins.connectors.web.render.renderer import RenderedPage
+from plugins.connectors.web.render.step import RenderStep
 from plugins.connectors.web.site_files import SiteFiles
-from plugins.connectors.web.urls import Scope, TrapGuard, file_name_for
+from plugins.connectors.web.urls import Scope, TrapGuard, canonicalize, file_name_for
 
 __all__ = ["CrawlResult", "Crawler"]
 
@@ -119,6 +121,27 @@ def _is_transient(kind: str) -> bool:
     return kind.startswith(_TRANSIENT)
 
 
+def _navigations(rendered: RenderedPage) -> list[str]:
+    found = []
+    for target in rendered.navigations:
+        try:
+            found.append(canonicalize(target))
+        except ValueError:
+            continue
+    return found
+
+
+def _render_facts(rendered: RenderedPage) -> dict[str, Any]:
+    """Per-item metadata of a rendered page (carried to the document and its lineage)."""
+    return {
+        "rendered": True,
+        "render_ms": rendered.ms,
+        "render_requests": rendered.requests,
+        "render_refused": dict(rendered.refused),
+        "rendered_url": rendered.final_url,
+    }
+
+
 @dataclass(slots=True)
 class CrawlResult:
     changes: list[Change] = field(default_factory=list)
@@ -137,11 +160,13 @@ class Crawler:
         stage: Callable[[str, bytes, str], str] | None,
         max_items: int | None = None,
         whole: Scope | None = None,
+        render: RenderStep | None = None,
     ) -> None:
         """``whole``: the source's scope when this crawl is one partition of it (``options``
         then hold that partition's seeds): links into the rest of it are handed off, not followed."""
         self.o = options
         self.whole = whole
+        self.render = render  # None: render off, pages staged as fetched
         self.handoffs: set[str] = set()
         self.fetcher = fetcher
         self.cache = cache
@@ -316,7 +341,7 @@ class Crawler:
         elif result.status == 304:
             await self._on_not_modified(final, result, depth)
         elif 200 <= result.status < 300:
-            self._on_page(final, result, depth)
+            await self._on_fetched(final, result, depth)
         elif result.status in (404, 410):
             self._on_gone(final, result)
         else:
@@ -377,7 +402,7 @@ class Crawler:
             elif again.skipped:
                 self.counts[f"skipped_{again.skipped}"] += 1
             elif 200 <= again.status < 300:
-                self._on_page(again.url, again, depth)
+                await self._on_fetched(again.url, again, depth)
             elif again.status in (404, 410):
                 self._on_gone(again.url, again)
             else:
@@ -401,7 +426,33 @@ class Crawler:
             )
         self._follow(cached.links, depth)
 
-    def _on_page(self, url: str, result: FetchResult, depth: int) -> None:
+    async def _on_fetched(self, url: str, result: FetchResult, depth: int) -> None:
+        """A 2xx page: rendered first when the render step wants it (see ``render/step.py``)."""
+        outcome = await self.render.apply(url, result) if self.render is not None else None
+        if outcome is None:
+            self._on_page(url, result, depth)
+            return
+        if outcome.failure is not None:
+            kind, message = outcome.failure
+            reason = kind if kind == "render_unavailable" else f"render:{kind.removeprefix('render_')}"
+            record = {"item_key": self._key_for(url), "reason": reason, "error": message}
+            if kind == "render_unavailable":
+                self.counts["skipped_render_unavailable"] += 1
+                self.refused.append(record)  # a deliberate skip: this machine cannot render
+                return
+            self.errors[kind] += 1
+            self.failed.append(record)  # a hung or crashed page: retried next run
+            self._keep_alive(url)
+            cached = self.cache.get(url)
+            if cached is None:
+                self._unexpanded += 1
+            else:
+                self._follow(cached.links, depth)
+            return
+        assert outcome.result is not None
+        self._on_page(url, outcome.result, depth, outcome.page)
+
+    def _on_page(self, url: str, result: FetchResult, depth: int, rendered: RenderedPage | None = None) -> None:
         content_type = result.content_type
         media = _media(content_type) or _DOC_EXTENSIONS.get(_extension(url), "")
         self.counts["fetched"] += 1
@@ -413,6 +464,8 @@ class Crawler:
         if media in _HTML_TYPES:
             page = extract_links(result.body, url, content_type, result.headers.get("x-robots-tag"))
             links, noindex, nofollow, title = page.links, page.noindex, page.nofollow, page.title
+            if rendered is not None:  # where the page's script tried to go: pages of the site
+                links = list(dict.fromkeys([*links, *_navigations(rendered)]))
             if page.canonical and page.canonical != url and self.scope.in_scope(page.canonical):
                 # The page names its own canonical address: file it there, and do not fetch
                 # that address again as a separate document.
@@ -448,6 +501,7 @@ class Crawler:
                     "depth": depth,
                     "requested_url": result.requested,
                     "size": len(result.body),
+                    **(_render_facts(rendered) if rendered is not None else {}),
                 },
             )
         )
@@ -486,6 +540,8 @@ class Crawler:
         }
         for name, value in self.counts.items():
             stats.setdefault(name, value)
+        if self.render is not None:
+            stats["render"] = dict(self.render.counts)
         if self.whole is not None:
             stats["handoffs"] = sorted(self.handoffs)
         stats["robots"] = {origin: entry.status for origin, entry in self.robots.loaded().items()}

@@ -63,7 +63,10 @@ class WebOptions(EngineOptions):
     (non-secret; secrets belong in the Airflow Connection), ``content_types``.
     Safety: ``allow_private_networks`` / ``allowlist`` (IPs, CIDRs or host names the SSRF
     guard lets through), trap guards ``max_url_length`` / ``max_query_params`` /
-    ``max_segment_repeats``. ``log_every``: a progress line every N pages.
+    ``max_segment_repeats``. Rendering (``render: off|auto|always``, see ``render/``):
+    ``render_timeout_seconds``, ``render_max_requests``, ``render_max_bytes`` (per page),
+    ``render_recycle_pages`` (pages per browser), ``render_max_memory_mb`` (per renderer's
+    JavaScript heap), ``render_concurrency`` (pages rendered at once). ``log_every``: a progress line every N pages.
     Parallel hosts: ``host_parallelism`` (default 4; 1 disables) splits a source whose seeds span
     several crawl-scope units (hosts, or registrable domains with ``scope: domain``) into at most
     that many partitions, each crawled by its own task and never splitting a unit; ``max_pages``
@@ -100,6 +103,15 @@ class WebOptions(EngineOptions):
     max_segment_repeats: int = Field(default=3, ge=1)
     log_every: int = Field(default=100, ge=1)
     host_parallelism: int = Field(default=4, ge=1, le=64)
+    # JavaScript pages (render/): off (the parser skips a "javascript shell"), auto (render those
+    # shells, and pages under a directory where one was found), always (every HTML page)
+    render: Literal["off", "auto", "always"] = "off"
+    render_timeout_seconds: float = Field(default=30.0, gt=0)
+    render_max_requests: int = Field(default=100, ge=0)
+    render_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    render_recycle_pages: int = Field(default=50, ge=1)
+    render_max_memory_mb: int = Field(default=512, ge=64)
+    render_concurrency: int = Field(default=2, ge=1, le=16)
     # Where the link cache lives; default $TRIBUTARY_HOME/web-cache/<source>.sqlite
     cache_path: str | None = None
     # Redis for shared politeness; default TRIBUTARY_REDIS_URL / the connector context's.

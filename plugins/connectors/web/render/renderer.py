@@ -1,0 +1,232 @@
+"""Render one fetched HTML page in the browser: ``render(url, html) -> RenderedPage``.
+
+The page's own document is not fetched again: the crawler already did (conditional GET
+included), so the browser's navigation to ``url`` is answered with those bytes. Every other
+request the page makes is intercepted at the context (popups and iframes included), checked by
+:class:`~.guard.RequestGuard` and, if allowed, fetched with the crawler's ``Fetcher``; the browser
+opens no connection of its own. Navigations of the main frame away from the page (``location =
+...``) are refused, their targets kept as links for the frontier. The page is done when its load
+event has fired and neither requests nor DOM changes happened for ``settle_ms``; the whole render
+is bounded by ``timeout_seconds``, after which the browser is killed (a script may never yield).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from plugins.connectors.web.fetcher import Fetcher
+from plugins.connectors.web.render.browser import BrowserPool, Lease
+from plugins.connectors.web.render.guard import PageBudget, RequestGuard
+from plugins.connectors.web.urls import canonicalize
+
+__all__ = ["RenderFailed", "RenderLimits", "RenderedPage", "Renderer"]
+
+RENDER_MARKER = "tributary:rendered"
+# Links as the browser resolved them (against the URL the page routed itself to), and the
+# marker the HTML parser reports to lineage; a page's own marker is dropped first.
+_FINISH_JS = """(marker) => {
+  for (const a of document.querySelectorAll('a[href], area[href]')) a.setAttribute('href', a.href);
+  for (const f of document.querySelectorAll('iframe[src], frame[src]')) f.setAttribute('src', f.src);
+  for (const m of document.querySelectorAll('meta[name="' + marker[0] + '"]')) m.remove();
+  const meta = document.createElement('meta');
+  meta.name = marker[0]; meta.content = marker[1];
+  (document.head || document.documentElement).appendChild(meta);
+}"""
+_MUTATIONS_JS = """() => {
+  if (window.__tributaryMutations === undefined) {
+    window.__tributaryMutations = 0;
+    new MutationObserver(() => { window.__tributaryMutations++; })
+      .observe(document, {subtree: true, childList: true, characterData: true, attributes: true});
+  }
+  return window.__tributaryMutations;
+}"""
+_HEADERS_KEPT = ("content-type", "content-language", "last-modified")
+_POLL_S = 0.025
+
+
+class RenderFailed(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class RenderLimits:
+    timeout_seconds: float = 30.0
+    max_requests: int = 100
+    max_bytes: int = 20 * 1024 * 1024
+    settle_ms: int = 150
+
+
+@dataclass(slots=True)
+class RenderedPage:
+    final_url: str
+    html: bytes
+    ms: int
+    requests: int
+    refused: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    # main-frame navigations the page tried (refused), for the frontier
+    navigations: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _PageState:
+    url: str
+    html: bytes
+    content_type: str
+    budget: PageBudget
+    served: bool = False
+    inflight: int = 0
+    last_activity: float = field(default_factory=time.monotonic)
+    navigations: list[str] = field(default_factory=list)
+    tasks: set[asyncio.Future[Any]] = field(default_factory=set)  # popup closes, dialog dismissals
+
+    def later(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+
+class Renderer:
+    def __init__(
+        self,
+        pool: BrowserPool,
+        fetcher: Fetcher,
+        guard: RequestGuard,
+        limits: RenderLimits,
+        hop_allowed: Callable[[str], str | None] = lambda url: None,
+    ) -> None:
+        self.pool = pool
+        self.fetcher = fetcher
+        self.guard = guard
+        self.limits = limits
+        self.hop_allowed = hop_allowed
+
+    async def render(self, url: str, html: bytes, content_type: str = "text/html") -> RenderedPage:
+        """Raises :class:`RenderFailed` (``timeout``, ``browser``) or ``RenderUnavailable``."""
+        state = _PageState(
+            url, html, content_type or "text/html", PageBudget(self.limits.max_requests, self.limits.max_bytes)
+        )
+        started = time.monotonic()
+        async with self.pool.lease(
+            service_workers="block", accept_downloads=False, java_script_enabled=True, bypass_csp=False
+        ) as lease:
+            try:
+                async with asyncio.timeout(self.limits.timeout_seconds):
+                    final_url, text = await self._drive(lease, state, started)
+            except TimeoutError:
+                lease.kill()  # the page's script may never yield: no protocol call would return
+                raise RenderFailed(
+                    "timeout", f"rendering {url} took more than {self.limits.timeout_seconds} s"
+                ) from None
+            except RenderFailed:
+                raise
+            except Exception as exc:  # the browser crashed or was killed under this page
+                lease.kill()
+                raise RenderFailed("browser", f"rendering {url} failed: {type(exc).__name__}: {exc}") from exc
+        b = state.budget
+        return RenderedPage(
+            final_url, text.encode("utf-8"), _ms(started), b.requests, dict(b.refused), b.bytes, state.navigations
+        )
+
+    async def _drive(self, lease: Lease, state: _PageState, started: float) -> tuple[str, str]:
+        context, page = lease.context, lease.page
+        await context.route("**/*", lambda route, request: self._route(route, request, page, state))
+        await context.route_web_socket("**/*", lambda ws: _refuse_socket(ws, state))
+        context.on("page", lambda popup: _close_popup(popup, page, state))
+        page.on("dialog", lambda dialog: state.later(dialog.dismiss()))
+        await page.goto(state.url, wait_until="load")
+        await self._settle(page, state)
+        final = page.url if page.url.startswith(("http://", "https://")) else state.url
+        await page.evaluate(_FINISH_JS, [RENDER_MARKER, f"chromium {_ms(started)} ms"])
+        return final, await page.content()
+
+    async def _settle(self, page: Any, state: _PageState) -> None:
+        """Until no request is in flight and the DOM has not changed for ``settle_ms``."""
+        quiet = self.limits.settle_ms / 1000
+        mutations = await page.evaluate(_MUTATIONS_JS)
+        while True:
+            await asyncio.sleep(_POLL_S)
+            now_mutations = await page.evaluate(_MUTATIONS_JS)
+            if now_mutations != mutations:
+                mutations = now_mutations
+                state.touch()
+            if state.inflight == 0 and time.monotonic() - state.last_activity >= quiet:
+                return
+
+    async def _route(self, route: Any, request: Any, page: Any, state: _PageState) -> None:
+        state.inflight += 1
+        state.touch()
+        try:
+            await self._answer(route, request, page, state)
+        except Exception:  # the page or browser went away while answering: nothing to tell
+            with contextlib.suppress(Exception):
+                await route.abort("failed")
+        finally:
+            state.inflight -= 1
+            state.touch()
+
+    async def _answer(self, route: Any, request: Any, page: Any, state: _PageState) -> None:
+        if request.is_navigation_request() and request.frame == page.main_frame:
+            if not state.served and _same(request.url, state.url):
+                state.served = True
+                await route.fulfill(status=200, headers={"content-type": state.content_type}, body=state.html)
+                return
+            state.budget.refuse("navigation")
+            if len(state.navigations) < 100:
+                state.navigations.append(request.url)
+            await route.abort("aborted")  # "aborted" keeps the current document, no error page
+            return
+        reason = await self.guard.refusal(request.url, request.method, request.resource_type, state.budget)
+        if reason:
+            await route.abort("blockedbyclient")
+            return
+        await self._fetch_for(route, request.url, state)
+
+    async def _fetch_for(self, route: Any, url: str, state: _PageState) -> None:
+        result = await self.fetcher.fetch(canonicalize(url), hop_allowed=self.hop_allowed)
+        budget = state.budget
+        if result.error:
+            budget.refuse(f"fetch_{result.error}")
+            await route.abort("blockedbyclient" if result.error.startswith(("blocked", "redirect")) else "failed")
+            return
+        budget.bytes += len(result.body)
+        if budget.bytes > budget.max_bytes:
+            budget.refuse("max_bytes")
+            await route.abort("blockedbyclient")
+            return
+        headers = {k: v for k, v in result.headers.items() if k in _HEADERS_KEPT}
+        await route.fulfill(status=result.status, headers=headers, body=result.body)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return canonicalize(a) == canonicalize(b)
+    except ValueError:
+        return False
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+async def _refuse_socket(ws: Any, state: _PageState) -> None:
+    state.budget.refuse("websocket")
+    with contextlib.suppress(Exception):
+        await ws.close()
+
+
+def _close_popup(popup: Any, page: Any, state: _PageState) -> None:
+    if popup is page:
+        return
+    state.budget.refuse("popup")
+    state.later(popup.close())
