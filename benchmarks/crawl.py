@@ -287,7 +287,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         version = warm_up(work / "warm-up")
         before = _load()
         for number, corpus in enumerate(c for c in corpora if c.root.exists()):
-            results[corpus.name] = _bench_corpus(corpus, work / f"corpus-{number}", include)
+            try:
+                results[corpus.name] = _bench_corpus(corpus, work / f"corpus-{number}", include)
+            except RuntimeError as exc:  # one corpus failing (a broken sync) keeps the other's numbers
+                skipped.append(f"{corpus.name}: failed, {' '.join(str(exc).split())[-600:]}")
+        if not results:
+            raise RuntimeError("every corpus failed: " + "; ".join(skipped))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [m.row(name) for name, result in results.items() for m in result.measured]
