@@ -45,7 +45,7 @@ def page_text(route: str, n: int = 0) -> list[str]:
 
 
 def write_spa(
-    root: Path, routes: list[str], hostile: list[str] = (), links: dict[str, list[str]] | None = None
+    root: Path, routes: list[str], hostile: tuple[str, ...] | list[str] = (), links: dict[str, list[str]] | None = None
 ) -> None:
     """``routes[0]`` is the home page (``/``); the others live at ``/<route>/``."""
     root.mkdir(parents=True, exist_ok=True)

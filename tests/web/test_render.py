@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -32,7 +32,7 @@ ROUTES = ["home", "intro", "guide", "api-ref"]
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
+    hits: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         type(self).hits.append(self.path)

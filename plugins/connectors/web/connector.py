@@ -45,7 +45,7 @@ from plugins.connectors.web.crawler import Crawler
 from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
 from plugins.connectors.web.options import WebOptions, canonical_page_url
 from plugins.connectors.web.politeness import make_politeness
-from plugins.connectors.web.render import make_render_step
+from plugins.connectors.web.rendering import make_render_step
 from plugins.connectors.web.ssrf import AddressGuard
 from plugins.connectors.web.urls import Scope, file_name_for
 

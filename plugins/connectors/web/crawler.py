@@ -18,7 +18,7 @@ import logging
 import posixpath
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,8 +27,7 @@ from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links
 from plugins.connectors.web.options import WebOptions
-from plugins.connectors.web.render.renderer import RenderedPage
-from plugins.connectors.web.render.step import RenderStep
+from plugins.connectors.web.render import RenderedPage, RenderStep
 from plugins.connectors.web.site_files import SiteFiles
 from plugins.connectors.web.urls import Scope, TrapGuard, canonicalize, file_name_for
 
@@ -428,7 +427,7 @@ class Crawler:
 
     async def _on_fetched(self, url: str, result: FetchResult, depth: int) -> None:
         """A 2xx page: rendered first when the render step wants it (see ``render/step.py``)."""
-        outcome = await self.render.apply(url, result) if self.render is not None else None
+        outcome = await self.render.apply(url, result.body, result.content_type) if self.render else None
         if outcome is None:
             self._on_page(url, result, depth)
             return
@@ -449,8 +448,9 @@ class Crawler:
             else:
                 self._follow(cached.links, depth)
             return
-        assert outcome.result is not None
-        self._on_page(url, outcome.result, depth, outcome.page)
+        assert outcome.page is not None
+        headers = {**result.headers, "content-type": "text/html; charset=utf-8"}  # the DOM, serialised
+        self._on_page(url, replace(result, body=outcome.page.html, headers=headers), depth, outcome.page)
 
     def _on_page(self, url: str, result: FetchResult, depth: int, rendered: RenderedPage | None = None) -> None:
         content_type = result.content_type

@@ -18,14 +18,11 @@ decoded-size cap). Checked here, before any byte is sent:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from plugins.connectors.web.robots import RobotsCache
-from plugins.connectors.web.ssrf import AddressGuard, BlockedAddress
-from plugins.connectors.web.urls import Scope, canonicalize
-
-__all__ = ["SKIPPED_RESOURCE_TYPES", "PageBudget", "RequestGuard"]
+__all__ = ["SKIPPED_RESOURCE_TYPES", "Check", "PageBudget", "RequestGuard"]
 
 # Not needed for the page's text: never fetched (counted as refused "resource_type").
 SKIPPED_RESOURCE_TYPES = frozenset({"image", "media", "font", "stylesheet", "texttrack", "manifest"})
@@ -47,12 +44,15 @@ class PageBudget:
         return reason
 
 
+# (url) -> a refusal reason or None. The crawler's own rules, handed in by
+# ``plugins/connectors/web/rendering.py`` (this package imports nothing of the crawler's).
+Check = Callable[[str], Awaitable[str | None]]
+
+
 @dataclass(slots=True)
 class RequestGuard:
-    guard: AddressGuard
-    scope: Scope
-    robots: RobotsCache | None
-    agent: str
+    address_refusal: Check  # the SSRF guard: "blocked_address", "dns"
+    site_refusal: Check  # scope and robots.txt: "out_of_scope", "downgrade", "robots", "bad_url"
 
     async def refusal(self, url: str, method: str, resource_type: str, budget: PageBudget) -> str | None:
         """The reason to refuse this request (already counted in ``budget``), or None."""
@@ -76,24 +76,4 @@ class RequestGuard:
             return "max_requests"
         if budget.bytes >= budget.max_bytes:
             return "max_bytes"
-        try:
-            await self.guard.resolve(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
-        except BlockedAddress:
-            return "blocked_address"
-        except OSError:
-            return "dns"
-        return await self._site_rules(url)
-
-    async def _site_rules(self, url: str) -> str | None:
-        try:
-            canonical = canonicalize(url)
-        except ValueError:
-            return "bad_url"
-        scope_refusal = self.scope.refusal(canonical)
-        if scope_refusal:
-            return scope_refusal  # "out_of_scope" or "downgrade"
-        if self.robots is not None:
-            rules = await self.robots.for_url(canonical)
-            if not rules.allows(canonical, self.agent):
-                return "robots"
-        return None
+        return await self.address_refusal(url) or await self.site_refusal(url)

@@ -15,16 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from plugins.connectors.web.fetcher import Fetcher
 from plugins.connectors.web.render.browser import BrowserPool, Lease
 from plugins.connectors.web.render.guard import PageBudget, RequestGuard
-from plugins.connectors.web.urls import canonicalize
 
-__all__ = ["RenderFailed", "RenderLimits", "RenderedPage", "Renderer"]
+__all__ = ["Fetch", "Fetched", "RenderFailed", "RenderLimits", "RenderedPage", "Renderer"]
 
 RENDER_MARKER = "tributary:rendered"
 # Links as the browser resolved them (against the URL the page routed itself to), and the
@@ -47,6 +45,21 @@ _MUTATIONS_JS = """() => {
 }"""
 _HEADERS_KEPT = ("content-type", "content-language", "last-modified")
 _POLL_S = 0.025
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What the crawler's fetcher answered for one of the page's requests."""
+
+    status: int = 0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    error: str | None = None  # the fetcher's failure kind ("blocked_address", "timeout" ...)
+
+
+# (url) -> the answer, fetched with the crawler's fetcher (SSRF pinning, credentials scope,
+# politeness slot, redirects checked by the crawler's hop rules, size cap)
+Fetch = Callable[[str], Awaitable[Fetched]]
 
 
 class RenderFailed(Exception):
@@ -100,16 +113,16 @@ class Renderer:
     def __init__(
         self,
         pool: BrowserPool,
-        fetcher: Fetcher,
+        fetch: Fetch,
         guard: RequestGuard,
         limits: RenderLimits,
-        hop_allowed: Callable[[str], str | None] = lambda url: None,
+        canonical: Callable[[str], str] = lambda url: url,
     ) -> None:
         self.pool = pool
-        self.fetcher = fetcher
+        self.fetch = fetch
         self.guard = guard
         self.limits = limits
-        self.hop_allowed = hop_allowed
+        self.canonical = canonical  # the crawler's canonical URL form (raises ValueError)
 
     async def render(self, url: str, html: bytes, content_type: str = "text/html") -> RenderedPage:
         """Raises :class:`RenderFailed` (``timeout``, ``browser``) or ``RenderUnavailable``."""
@@ -177,7 +190,7 @@ class Renderer:
 
     async def _answer(self, route: Any, request: Any, page: Any, state: _PageState) -> None:
         if request.is_navigation_request() and request.frame == page.main_frame:
-            if not state.served and _same(request.url, state.url):
+            if not state.served and self._same(request.url, state.url):
                 state.served = True
                 await route.fulfill(status=200, headers={"content-type": state.content_type}, body=state.html)
                 return
@@ -192,12 +205,23 @@ class Renderer:
             return
         await self._fetch_for(route, request.url, state)
 
+    def _same(self, a: str, b: str) -> bool:
+        try:
+            return self.canonical(a) == self.canonical(b)
+        except ValueError:
+            return False
+
     async def _fetch_for(self, route: Any, url: str, state: _PageState) -> None:
-        result = await self.fetcher.fetch(canonicalize(url), hop_allowed=self.hop_allowed)
+        try:
+            result = await self.fetch(self.canonical(url))
+        except ValueError:
+            result = Fetched(error="bad_url")
         budget = state.budget
         if result.error:
             budget.refuse(f"fetch_{result.error}")
-            await route.abort("blockedbyclient" if result.error.startswith(("blocked", "redirect")) else "failed")
+            await route.abort(
+                "blockedbyclient" if result.error.startswith(("blocked", "redirect", "bad_url")) else "failed"
+            )
             return
         budget.bytes += len(result.body)
         if budget.bytes > budget.max_bytes:
@@ -206,13 +230,6 @@ class Renderer:
             return
         headers = {k: v for k, v in result.headers.items() if k in _HEADERS_KEPT}
         await route.fulfill(status=result.status, headers=headers, body=result.body)
-
-
-def _same(a: str, b: str) -> bool:
-    try:
-        return canonicalize(a) == canonicalize(b)
-    except ValueError:
-        return False
 
 
 def _ms(started: float) -> int:

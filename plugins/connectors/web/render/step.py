@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import posixpath
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from plugins.connectors.web.fetcher import FetchResult
 from plugins.connectors.web.render.browser import BrowserPool, RenderUnavailable, availability
 from plugins.connectors.web.render.renderer import RenderedPage, Renderer, RenderFailed
 from plugins.connectors.web.render.shell import looks_like_shell
@@ -29,11 +28,10 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 @dataclass(slots=True)
 class RenderOutcome:
-    """``result`` to stage (the rendered DOM) with ``page``; or ``failure`` (kind, message) when
-    the page could not be rendered (``render_unavailable``: a refusal; ``timeout``, ``browser``:
-    transient)."""
+    """``page`` (its ``html``, the rendered DOM, is what is staged); or ``failure`` (kind, message)
+    when the page could not be rendered (``render_unavailable``: a refusal; ``render_timeout``,
+    ``render_browser``: transient)."""
 
-    result: FetchResult | None = None
     page: RenderedPage | None = None
     failure: tuple[str, str] | None = None
 
@@ -58,22 +56,22 @@ class RenderStep:
     def __post_init__(self) -> None:
         self.unavailable = availability(self.pool.settings.executable)
 
-    def _wants(self, url: str, result: FetchResult) -> bool:
-        if result.content_type.split(";")[0].strip().lower() not in _HTML_TYPES or not result.body:
+    def _wants(self, url: str, body: bytes, content_type: str) -> bool:
+        if content_type.split(";")[0].strip().lower() not in _HTML_TYPES or not body:
             return False
         if self.mode == "always":
             return True
         if any(url.startswith(p) for p in self.prefixes):
             self._count("render_by_prefix")
             return True
-        if looks_like_shell(result.body):
+        if looks_like_shell(body):
             self.prefixes.add(_prefix(url))
             return True
         return False
 
-    async def apply(self, url: str, result: FetchResult) -> RenderOutcome | None:
+    async def apply(self, url: str, body: bytes, content_type: str) -> RenderOutcome | None:
         """None: stage the page as fetched. Otherwise the rendered page, or why there is none."""
-        if not self._wants(url, result):
+        if not self._wants(url, body, content_type):
             return None
         if self.unavailable:
             self._count("render_unavailable")
@@ -82,7 +80,7 @@ class RenderStep:
             self._slots = asyncio.Semaphore(self.concurrency)
         try:
             async with self._slots:
-                page = await self.renderer.render(url, result.body, result.content_type)
+                page = await self.renderer.render(url, body, content_type)
         except RenderUnavailable as exc:
             self.unavailable = str(exc)
             self._count("render_unavailable")
@@ -104,8 +102,7 @@ class RenderStep:
             page.refused or "none",
             page.final_url,
         )
-        headers = {**result.headers, "content-type": "text/html; charset=utf-8"}
-        return RenderOutcome(result=replace(result, body=page.html, headers=headers), page=page)
+        return RenderOutcome(page=page)
 
     def _count(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
