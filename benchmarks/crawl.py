@@ -23,6 +23,7 @@ HOWTOs only (an include pattern for both crawlers).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -255,15 +256,21 @@ def _summary(quick: bool, results: dict[str, CorpusResult], skipped: list[str], 
 
 
 def warm_up(workdir: Path) -> str:
-    """One untimed start of each tool, so that neither pays for reading its code from disk first."""
+    """One untimed start of each tool doing what it will be timed doing (a crawl and a sync of a
+    site on a closed port, so both fail fast), so that neither pays for reading its code from disk
+    first. Returns Scrapy's version."""
     from benchmarks._crawl_scrapy import scrapy_version
-    from benchmarks._crawl_tributary import list_sources
+    from benchmarks._crawl_tributary import run_sync
 
     workdir.mkdir(parents=True, exist_ok=True)
     version = scrapy_version(workdir)
+    dead = "http://127.0.0.1:9"  # discard port: nothing listens on loopback
+    with contextlib.suppress(RuntimeError):  # a failed warm-up crawl has still loaded Scrapy
+        run_scrapy(workdir / "scrapy", workdir / "scrapy-cache", dead, "", CONCURRENCY)
     sources = workdir / "sources.yaml"
-    sources.write_text(sources_yaml(source_options("http://127.0.0.1:1", CONCURRENCY, "")), encoding="utf-8")
-    list_sources(workdir / "home", sources)
+    sources.write_text(sources_yaml(source_options(dead, CONCURRENCY, "")), encoding="utf-8")
+    with contextlib.suppress(RuntimeError, ValueError, KeyError):  # the same for the CLI and pipeline
+        run_sync(workdir / "home", sources, dry_run=False)
     return version
 
 
