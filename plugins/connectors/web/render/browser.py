@@ -84,6 +84,7 @@ class _Generation:
 
     playwright: Any
     browser: Any
+    context: Any  # one per browser: a context costs ~0.5 s to make, a page far less
     driver_pid: int | None
     pages: int = 0
     active: int = 0
@@ -114,9 +115,12 @@ class BrowserPool:
         except Exception as exc:
             await driver.stop()
             raise RenderUnavailable(f"Chromium did not start: {exc}") from exc
+        context = await browser.new_context(service_workers="block", accept_downloads=False)
+        # A request of a page nobody leased (a popup) is refused; leased pages route their own.
+        await context.route("**/*", lambda route, request: route.abort("blockedbyclient"))
         self.launches += 1
         log.info("render: launched %s %s", self.settings.executable, browser.version)
-        return _Generation(driver, browser, _driver_pid(driver))
+        return _Generation(driver, browser, context, _driver_pid(driver))
 
     async def _generation(self) -> _Generation:
         async with self._lock:
@@ -134,18 +138,19 @@ class BrowserPool:
             return gen
 
     @contextlib.asynccontextmanager
-    async def lease(self, **context_options: Any) -> AsyncIterator[Lease]:
-        """A fresh context (no cookies or storage shared between pages) and its page."""
+    async def lease(self) -> AsyncIterator[Lease]:
+        """A new page in the browser's context. Pages of one browser share cookies and storage
+        (all of one source's site; the browser and its context go after ``recycle_after``)."""
         gen = await self._generation()
-        context = None
+        page = None
         try:
-            context = await gen.browser.new_context(**context_options)
-            yield Lease(self, gen, context, await context.new_page())
+            page = await gen.context.new_page()
+            yield Lease(self, gen, gen.context, page)
         finally:
             gen.active -= 1
-            if context is not None and not gen.dead:
+            if page is not None and not gen.dead:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(context.close(), _CLOSE_TIMEOUT_S)
+                    await asyncio.wait_for(page.close(), _CLOSE_TIMEOUT_S)
             if gen is not self._current and gen.active == 0 and not gen.dead:
                 await _close(gen)
 

@@ -2,7 +2,8 @@
 
 The page's own document is not fetched again: the crawler already did (conditional GET
 included), so the browser's navigation to ``url`` is answered with those bytes. Every other
-request the page makes is intercepted at the context (popups and iframes included), checked by
+request the page makes is intercepted on the page (its iframes included; a popup is closed and
+its requests refused by the browser context), checked by
 :class:`~.guard.RequestGuard` and, if allowed, fetched with the crawler's ``Fetcher``; the browser
 opens no connection of its own. Navigations of the main frame away from the page (``location =
 ...``) are refused, their targets kept as links for the frontier. The page is done when its load
@@ -130,9 +131,7 @@ class Renderer:
             url, html, content_type or "text/html", PageBudget(self.limits.max_requests, self.limits.max_bytes)
         )
         started = time.monotonic()
-        async with self.pool.lease(
-            service_workers="block", accept_downloads=False, java_script_enabled=True, bypass_csp=False
-        ) as lease:
+        async with self.pool.lease() as lease:
             try:
                 async with asyncio.timeout(self.limits.timeout_seconds):
                     final_url, text = await self._drive(lease, state, started)
@@ -152,10 +151,10 @@ class Renderer:
         )
 
     async def _drive(self, lease: Lease, state: _PageState, started: float) -> tuple[str, str]:
-        context, page = lease.context, lease.page
-        await context.route("**/*", lambda route, request: self._route(route, request, page, state))
-        await context.route_web_socket("**/*", lambda ws: _refuse_socket(ws, state))
-        context.on("page", lambda popup: _close_popup(popup, page, state))
+        page = lease.page
+        await page.route("**/*", lambda route, request: self._route(route, request, page, state))
+        await page.route_web_socket("**/*", lambda ws: _refuse_socket(ws, state))
+        page.on("popup", lambda popup: _close_popup(popup, page, state))
         page.on("dialog", lambda dialog: state.later(dialog.dismiss()))
         await page.goto(state.url, wait_until="load")
         await self._settle(page, state)
