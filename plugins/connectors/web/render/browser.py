@@ -89,6 +89,8 @@ class _Generation:
     pages: int = 0
     active: int = 0
     dead: bool = False
+    # pages back from a lease, reused by the next one (a new page and its routes cost ~0.3 s)
+    idle: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -142,15 +144,15 @@ class BrowserPool:
         """A new page in the browser's context. Pages of one browser share cookies and storage
         (all of one source's site; the browser and its context go after ``recycle_after``)."""
         gen = await self._generation()
-        page = None
+        lease = None
         try:
-            page = await gen.context.new_page()
-            yield Lease(self, gen, gen.context, page)
+            page, slot = gen.idle.pop() if gen.idle else (await gen.context.new_page(), {})
+            lease = Lease(self, gen, gen.context, page, slot)
+            yield lease
         finally:
             gen.active -= 1
-            if page is not None and not gen.dead:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(page.close(), _CLOSE_TIMEOUT_S)
+            if lease is not None and not gen.dead:
+                gen.idle.append((lease.page, lease.slot))  # a page whose render failed was killed
             if gen is not self._current and gen.active == 0 and not gen.dead:
                 await _close(gen)
 
@@ -179,6 +181,9 @@ class Lease:
     generation: _Generation
     context: Any
     page: Any
+    # the renderer's per-page record: routes are set up once per page, and answer for whichever
+    # render currently owns the page (``slot["state"]``)
+    slot: dict[str, Any] = field(default_factory=dict)
 
     def kill(self) -> None:
         self.pool.kill(self.generation)

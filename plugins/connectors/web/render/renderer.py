@@ -151,11 +151,14 @@ class Renderer:
         )
 
     async def _drive(self, lease: Lease, state: _PageState, started: float) -> tuple[str, str]:
-        page = lease.page
-        await page.route("**/*", lambda route, request: self._route(route, request, page, state))
-        await page.route_web_socket("**/*", lambda ws: _refuse_socket(ws, state))
-        page.on("popup", lambda popup: _close_popup(popup, page, state))
-        page.on("dialog", lambda dialog: state.later(dialog.dismiss()))
+        page, slot = lease.page, lease.slot
+        slot["state"] = state
+        if not slot.get("routed"):  # a page's handlers serve every render that reuses it
+            await page.route("**/*", lambda route, request: self._route(route, request, page, slot["state"]))
+            await page.route_web_socket("**/*", lambda ws: _refuse_socket(ws, slot["state"]))
+            page.on("popup", lambda popup: _close_popup(popup, page, slot["state"]))
+            page.on("dialog", lambda dialog: slot["state"].later(dialog.dismiss()))
+            slot["routed"] = True
         await page.goto(state.url, wait_until="load")
         await self._settle(page, state)
         final = page.url if page.url.startswith(("http://", "https://")) else state.url
