@@ -75,7 +75,12 @@ def test_spa_pages_are_rendered_with_fetched_text_and_script_links(tmp_path: Pat
         write_spa(
             tmp_path / "site",
             ROUTES,
-            hostile=["http://10.0.0.1/admin", "http://169.254.169.254/latest/meta-data/", f"{elsewhere}/steal"],
+            hostile=[
+                "http://10.0.0.1/admin",
+                "http://169.254.169.254/latest/meta-data/",
+                f"{elsewhere}/steal",
+                "/private/secret.json",  # same origin, disallowed by robots.txt
+            ],
         )
         with serve_directory(tmp_path / "site") as base:
             run = Run(make_connector(seeds=[f"{base}/"], **_options(render="auto")), tmp_path / "stage")
@@ -86,7 +91,7 @@ def test_spa_pages_are_rendered_with_fetched_text_and_script_links(tmp_path: Pat
         assert change.kind == ChangeKind.NEW and change.metadata["rendered"] is True
         assert change.metadata["render_ms"] > 0 and change.metadata["rendered_url"].endswith("#rendered")
         refused = change.metadata["render_refused"]
-        assert refused["blocked_address"] == 2 and refused["out_of_scope"] == 1, refused
+        assert refused["blocked_address"] == 2 and refused["out_of_scope"] == 1 and refused["robots"] == 1, refused
         doc = _parse(change)
         route = key.rstrip("/").rsplit("/", 1)[-1] if key != f"{base}/" else "home"
         assert f"rendered text {route}-0" in " ".join(b.text for b in doc.blocks)
