@@ -95,7 +95,7 @@ class _Generation:
 
 @dataclass(slots=True)
 class BrowserPool:
-    """Owns at most one browser at a time; ``lease()`` hands out an isolated context's page."""
+    """Owns at most one browser at a time; ``lease()`` hands out a page of its one context."""
 
     settings: BrowserSettings = field(default_factory=BrowserSettings)
     launches: int = 0
@@ -131,7 +131,7 @@ class BrowserPool:
                 self._current = None
                 if not gen.dead and gen.active == 0:
                     await _close(gen)
-                # else the last page out closes it (see page())
+                # else the last page out closes it (see lease())
                 gen = None
             if gen is None:
                 gen = self._current = await self._launch()
@@ -141,8 +141,9 @@ class BrowserPool:
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
-        """A new page in the browser's context. Pages of one browser share cookies and storage
-        (all of one source's site; the browser and its context go after ``recycle_after``)."""
+        """A page of the browser's context (new, or one a finished render gave back). The pages of
+        one browser share cookies and storage (all of one source's site; the browser and its
+        context go after ``recycle_after`` pages)."""
         gen = await self._generation()
         lease = None
         try:
