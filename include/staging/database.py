@@ -16,6 +16,7 @@ storage instead. Rows of a run are removed by the run's cleanup, as files are.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from functools import cache
 
@@ -64,6 +65,17 @@ def _engine(url: str) -> Engine:
     return engine
 
 
+def _forget_parent_connections() -> None:
+    # a forked child (the engine's parse workers) must not talk on its parent's pooled
+    # connections; dispose(close=False) gives it a fresh pool and leaves the parent's sockets be
+    for url in list(_ENGINES):
+        _engine(url).dispose(close=False)
+
+
+_ENGINES: set[str] = set()
+os.register_at_fork(after_in_child=_forget_parent_connections)
+
+
 def _create_table(engine: Engine) -> None:
     # several tasks of a fresh deployment start together: create under a lock (PostgreSQL) or
     # the SQLite write lock, and accept a table another process created meanwhile
@@ -89,7 +101,9 @@ class DatabaseBackend:
 
     @property
     def engine(self) -> Engine:
-        return _engine(self._url or get_settings().state_url)
+        url = self._url or get_settings().state_url
+        _ENGINES.add(url)
+        return _engine(url)
 
     def write(self, location: str, data: bytes) -> None:
         key = _key(location)

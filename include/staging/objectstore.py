@@ -14,12 +14,23 @@ fsspec and need nothing scheme-specific.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 from airflow.sdk import ObjectStoragePath
+from airflow.sdk.io import get_fs
 
 __all__ = ["ObjectStoreBackend"]
+
+
+@cache
+def _fs(protocol: str, conn_id: str | None, pid: int) -> Any:
+    """The connection's file system, one per process. Not ``ObjectStoragePath.fs``: Airflow
+    caches that one for the process's life, and an async fsspec file system refuses to run in a
+    forked child ("not fork-safe"), which the engine's parse workers are."""
+    return get_fs(protocol, conn_id)
 
 
 def _target(location: str) -> tuple[Any, str, str]:
@@ -28,8 +39,7 @@ def _target(location: str) -> tuple[Any, str, str]:
     scheme, _, rest = location.partition("://")
     userinfo = rest.split("/", 1)[0].rpartition("@")[0]
     head = f"{scheme}://{userinfo}@" if userinfo else f"{scheme}://"
-    # the connection's file system (Airflow caches one per scheme and conn id, ``attach``)
-    return path.fs, path.path.rstrip("/"), head
+    return _fs(path.protocol, path.conn_id, os.getpid()), path.path.rstrip("/"), head
 
 
 class ObjectStoreBackend:
