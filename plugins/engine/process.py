@@ -68,6 +68,14 @@ def _parse_failure(item: ItemRecord, exc: ParseError) -> ItemFailure:
     return ItemFailure(item.item_key, f"parse:{exc.code.value}", exc.message, retryable, "parse", warnings)
 
 
+def _fetch_facts(metadata: dict[str, Any]) -> dict[str, Any]:
+    """What the connector did to get the bytes that lineage shows beside the parser's warnings:
+    a web page rendered in headless Chromium (the crawler's record, not the page's own DOM)."""
+    if not metadata.get("rendered"):
+        return {}
+    return {"rendered": f"chromium {int(metadata.get('render_ms') or 0)} ms"}
+
+
 def _content_unchanged(item: ItemRecord, digest: str) -> bool:
     """Bytes changed but extracted content did not (timestamps, tokens, CDN rewrites)."""
     prior = item.prior
@@ -82,7 +90,8 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
     for item in manifest.items:
         start = time.perf_counter()
         try:
-            doc = parse_document(load_raw(item), source.parser)
+            raw = load_raw(item)
+            doc = parse_document(raw, source.parser)
         except StagingCorruptError as exc:
             out.failures.append(corrupt_failure(item.item_key, exc))
             continue
@@ -98,7 +107,7 @@ def parse_stage(fetched_path: str, source: SourceConfig) -> str:
             blocks=len(doc.blocks),
             chars=sum(len(b.text) for b in doc.blocks),
             title=doc.title or (item.raw.title if item.raw else None),
-            warnings=parser_warnings(doc.metadata),  # needs_ocr, truncated ...: to lineage
+            warnings=parser_warnings(doc.metadata) | _fetch_facts(raw.metadata),  # needs_ocr, rendered ...
         )
         if _content_unchanged(item, digest):
             out.unchanged.append(

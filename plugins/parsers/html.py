@@ -139,8 +139,6 @@ def _metadata(root: etree._Element, base_url: str | None) -> dict[str, str]:
             meta["title"] = content
         elif name in ("author", "article:author") and "author" not in meta:
             meta["author"] = content
-        elif name == "tributary:rendered":  # the web crawler's renderer: "chromium 812 ms" (to lineage)
-            meta["rendered"] = content
         elif (m.get("http-equiv") or "").lower() == "content-language" and "language" not in meta:
             meta["language"] = content.split(",")[0].strip()
     lang = root.get("lang") or root.get("{http://www.w3.org/XML/1998/namespace}lang")

@@ -25,16 +25,12 @@ from plugins.connectors.web.render.guard import PageBudget, RequestGuard
 
 __all__ = ["Fetch", "Fetched", "RenderFailed", "RenderLimits", "RenderedPage", "Renderer"]
 
-RENDER_MARKER = "tributary:rendered"
-# Links as the browser resolved them (against the URL the page routed itself to), and the
-# marker the HTML parser reports to lineage; a page's own marker is dropped first.
-_FINISH_JS = """(marker) => {
+# Links as the browser resolved them (against the URL the page routed itself to). That the page
+# was rendered reaches lineage from the crawler's item metadata (``rendered``, ``render_ms``), not
+# from the DOM, which the page's own script controls.
+_FINISH_JS = """() => {
   for (const a of document.querySelectorAll('a[href], area[href]')) a.setAttribute('href', a.href);
   for (const f of document.querySelectorAll('iframe[src], frame[src]')) f.setAttribute('src', f.src);
-  for (const m of document.querySelectorAll('meta[name="' + marker[0] + '"]')) m.remove();
-  const meta = document.createElement('meta');
-  meta.name = marker[0]; meta.content = marker[1];
-  (document.head || document.documentElement).appendChild(meta);
 }"""
 _MUTATIONS_JS = """() => {
   if (window.__tributaryMutations === undefined) {
@@ -162,7 +158,7 @@ class Renderer:
         await page.goto(state.url, wait_until="load")
         await self._settle(page, state)
         final = page.url if page.url.startswith(("http://", "https://")) else state.url
-        await page.evaluate(_FINISH_JS, [RENDER_MARKER, f"chromium {_ms(started)} ms"])
+        await page.evaluate(_FINISH_JS)
         return final, await page.content()
 
     async def _settle(self, page: Any, state: _PageState) -> None:
