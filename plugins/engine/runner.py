@@ -25,15 +25,14 @@ from plugins.engine.context import RunContext, RunParams
 from plugins.engine.discover import open_connector
 from plugins.engine.embed import EmbedderFactory
 from plugins.engine.manifests import next_manifest_path
+from plugins.engine.overlap import parse_chunk_pool, parse_then_chunk, pool_workers
 from plugins.engine.partitions import discover_run
 from plugins.engine.steps import (
-    ChunkStep,
     CommitStep,
     ConnectorOpener,
     EmbedStep,
     FetchStep,
     FinishStep,
-    ParseStep,
     UpsertStep,
     start_run,
 )
@@ -95,21 +94,34 @@ def _open_index(source: SourceConfig) -> IndexBackend:
 def _process_batches(
     ctx: RunContext, store: StateStore, batches: list[str], embedder_factory: EmbedderFactory | None
 ) -> None:
-    """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector."""
-    index_factory = lambda: _open_index(ctx.source)  # noqa: E731 - one opener for both steps
+    """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector.
+
+    With two cores or more, parse and chunk run in worker processes (:mod:`plugins.engine.overlap`)
+    while this process fetches the next batches and indexes the chunked ones, in batch order."""
+    # a resumed run: batches with an upserted manifest reached the index already
+    todo = [b for b in batches if not StagingArea.exists_at(next_manifest_path(b, "upserted"))]
     with open_connector(ctx) as connector:
         shared = _shared(connector)
-        for batch in batches:
-            if StagingArea.exists_at(next_manifest_path(batch, "upserted")):
-                continue  # a resumed run: this batch reached the index already
-            fetched = FetchStep(ctx, batch, shared).run(store)
-            parsed = ParseStep(ctx, fetched.manifest).run(store)
-            to_upsert = ChunkStep(ctx, parsed.manifest).run(store).manifest
-            if ctx.source.embedding.enabled:
-                embedded = EmbedStep(ctx, to_upsert, index_factory, embedder_factory).run(store)
-                to_upsert = embedded.manifest
-            UpsertStep(ctx, to_upsert, index_factory).run(store)
-            store.heartbeat(ctx.run_id, ctx.source.source_id)
+        workers = pool_workers(len(todo))
+        if not workers:
+            for batch in todo:
+                fetched = FetchStep(ctx, batch, shared).run(store).manifest
+                _index_batch(ctx, store, parse_then_chunk(ctx, store, fetched), embedder_factory)
+            return
+        with parse_chunk_pool(ctx, store, workers) as submit:
+            chunked = [submit(FetchStep(ctx, batch, shared).run(store).manifest) for batch in todo]
+            for future in chunked:
+                _index_batch(ctx, store, future.result(), embedder_factory)
+
+
+def _index_batch(ctx: RunContext, store: StateStore, chunked: str, embedder_factory: EmbedderFactory | None) -> None:
+    """Embed (when enabled) and upsert one chunked batch."""
+    index_factory = lambda: _open_index(ctx.source)  # noqa: E731 - one opener for both steps
+    to_upsert = chunked
+    if ctx.source.embedding.enabled:
+        to_upsert = EmbedStep(ctx, chunked, index_factory, embedder_factory).run(store).manifest
+    UpsertStep(ctx, to_upsert, index_factory).run(store)
+    store.heartbeat(ctx.run_id, ctx.source.source_id)
 
 
 def _shared(connector: Connector) -> ConnectorOpener:
