@@ -83,6 +83,6 @@ def test_parse_workers_index_what_one_process_indexes(
         index = open_index()
         rows = [index.get_chunk(c) for c in sorted(index.chunk_ids(source=src.source_id))]
         index.close()
-        indexed.append(sorted((r["item_key"], r["text"], r["seq"]) for r in rows))
+        indexed.append(sorted((r["item_key"], r["text"], r["seq"]) for r in rows if r is not None))
     assert indexed[0] == indexed[1] and len(indexed[0]) >= 7
     assert json.dumps(indexed[0])  # plain values
