@@ -29,13 +29,20 @@ from typing import Any
 from include.settings import get_settings
 from include.staging.locations import backend_for, join, location_parent
 
-__all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "file_digest"]
+__all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "StagingTooLargeError", "file_digest"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]")
 
 
 def _safe(name: str) -> str:
     return _UNSAFE.sub("_", name)[:150]
+
+
+class StagingTooLargeError(ValueError):
+    """One object over its backend's size cap (the database backend's ``MAX_OBJECT_BYTES``):
+    the item it belongs to fails, not its batch."""
+
+    reason = "staging_too_large"
 
 
 class StagingCorruptError(RuntimeError):

@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 from include.settings import get_settings
+from include.staging import StagingTooLargeError
 from include.stores import open_state_store
 
 __all__ = ["MAX_OBJECT_BYTES", "DatabaseBackend", "StagingTooLargeError"]
@@ -43,12 +44,6 @@ staging_table = sa.Table(
     sa.Column("size", sa.BigInteger, nullable=False),
     sa.Column("written_at", sa.DateTime(timezone=True), nullable=False),
 )
-
-
-class StagingTooLargeError(ValueError):
-    """An object over the database backend's size cap (:data:`MAX_OBJECT_BYTES`)."""
-
-    reason = "staging_too_large"
 
 
 def _key(location: str) -> str:

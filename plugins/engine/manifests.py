@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from include.contract import Change, Chunk, RawDocument
-from include.staging import StagingArea, StagingCorruptError, file_digest
+from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError, file_digest
 from include.staging.locations import join, location_name, location_parent
 from include.vectors import VectorFileError, VectorSet, decode_vectors
 from plugins.engine.packed import PackedReader
@@ -106,7 +106,11 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
     out.failures.extend(failures)
     for raw in fetched:
         item = by_key[raw.item_key]
-        ref = _already_staged(staging, item, raw) or _stage_raw(staging, raw)
+        try:
+            ref = _already_staged(staging, item, raw) or _stage_raw(staging, raw)
+        except StagingTooLargeError as exc:  # this file, not the batch: staging's cap per object
+            out.failures.append(ItemFailure(raw.item_key, exc.reason, str(exc), False, "fetch"))
+            continue
         if (problem := _differs_from_staged(item, ref)) is not None:
             out.failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
             continue

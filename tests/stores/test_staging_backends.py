@@ -23,6 +23,7 @@ from include.settings import get_settings
 from include.staging import StagingArea, StagingCorruptError
 from include.staging import database as db_staging
 from include.staging.locations import backend_for
+from include.stores import open_state_store
 from plugins.engine import run_pipeline
 from tests.support.postgres import scratch_database
 from tests.support.s3 import S3Server, s3_server
@@ -216,3 +217,23 @@ def test_pipeline_with_shared_staging_indexes_the_same_chunks(
         assert len(left) == len(DOCS) and all("/raw/" in loc for loc in left), left
     else:
         assert left == []
+
+
+@pytest.mark.parametrize("staging_url", ["sqlite"], indirect=True)
+def test_a_file_over_the_database_cap_fails_alone_and_the_batch_goes_on(
+    staging_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Non-negotiable: one bad document never fails a batch. The one file staging refuses is a
+    fetch failure of its item (not retryable: it is as large next time); the others are indexed."""
+    root = _folder(tmp_path)
+    (root / "big.txt").write_text("river " * 4000, encoding="utf-8")  # 24,000 bytes; manifests < 10,000
+    monkeypatch.setattr(db_staging, "MAX_OBJECT_BYTES", 12_000)
+    source = SourceConfig(kind="files", name="t", options={"root": str(root)}, batch_size=10)
+    summary = run_pipeline(source)
+    assert summary.status == "success" and summary.counts["new"] == len(DOCS) and summary.counts["failed"] == 1
+    store = open_state_store()
+    try:
+        [row] = store.run_items(summary.run_id, action="failed", source=source.source_id)
+    finally:
+        store.close()
+    assert row["item_key"] == "big.txt" and row["reason"] == "fetch: staging_too_large", row
