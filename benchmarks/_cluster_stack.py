@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from tests.support.process_group import log_tails, stop_groups
 
 __all__ = ["ClusterStack", "RssSampler", "cluster_env", "start_cluster", "worker_hostname"]
 
@@ -100,11 +101,7 @@ class ClusterStack:
         return {name: self.procs[name].pid for name in WORKERS}
 
     def tails(self, lines: int = 30) -> str:
-        out = []
-        for log in sorted(self.logs.glob("*.log")):
-            text = log.read_text(errors="replace").splitlines()[-lines:]
-            out.append(f"----- {log.name}\n" + "\n".join(text))
-        return "\n".join(out)
+        return log_tails(self.logs, lines)
 
     def wait(self, what: str, fn: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
         """Poll ``fn`` until truthy; fail fast with the logs' tails when a component died."""
@@ -128,19 +125,7 @@ class ClusterStack:
         return self.http
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-        for p in self.procs.values():  # task processes may outlive a killed parent in its group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_groups(self.procs, grace=15)
         if self.http is not None:
             self.http.close()
 

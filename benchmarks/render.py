@@ -22,14 +22,9 @@ browser launch. "pages with their text" counts rendered HTML holding the page's 
 from __future__ import annotations
 
 import asyncio
-import functools
-import http.server
 import json
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +34,7 @@ from plugins.connectors.base import DiscoveryRequest
 from plugins.connectors.web.connector import WebConnector
 from plugins.connectors.web.render import availability
 from plugins.connectors.web.render.browser import CHROMIUM, BrowserSettings
+from tests.web.helpers import serve_directory
 
 SHELL = """<!doctype html><html><head><title>page {n}</title></head><body><div id="app"></div>
 <script src="/app.js"></script></body></html>"""
@@ -73,23 +69,6 @@ def build_site(root: Path, pages: int) -> list[str]:
     return paths
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def serve(root: Path) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def run_tributary(base: str, pages: int, work: Path) -> dict[str, Any]:
     options = {
         "seeds": [f"{base}/p0/"],
@@ -111,7 +90,7 @@ def run_tributary(base: str, pages: int, work: Path) -> dict[str, Any]:
     with_text = 0
     for change in discovery.changes:
         n = int(change.item_key.rstrip("/").rsplit("p", 1)[-1])
-        with_text += _marker(n) in StagingArea.read_bytes(change.staged_path).decode()
+        with_text += _marker(n) in StagingArea.read_bytes(change.staged_path or "").decode()
     render = discovery.stats.get("render", {})
     return {"pages": len(discovery.changes), "wall": wall, "with_text": with_text, "refused": render}
 
@@ -155,7 +134,7 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="render-bench-") as tmp:
         work = Path(tmp)
         paths = build_site(work / "site", pages)
-        with serve(work / "site") as base:
+        with serve_directory(work / "site") as base:
             ours = run_tributary(base, pages, work)
             naive_wall, naive_text = asyncio.run(_naive([base + p for p in paths]))
     rows = [

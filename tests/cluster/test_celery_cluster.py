@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ import sqlalchemy as sa
 from tests.conftest import ROOT
 from tests.support.airflow_stack import component_env, trigger_and_wait
 from tests.support.postgres import scratch_database
+from tests.support.process_group import log_tails, stop_groups
 from tests.support.s3 import S3Server, s3_server
 from tests.support.server import free_port
 
@@ -112,27 +112,10 @@ class Cluster:
             raise AssertionError(f"cluster processes exited: {dead}\n{self.tails()}")
 
     def tails(self, lines: int = 25) -> str:
-        out = []
-        for log in sorted(self.logs.glob("*.log")):
-            text = log.read_text(errors="replace").splitlines()[-lines:]
-            out.append(f"----- {log.name}\n" + "\n".join(text))
-        return "\n".join(out)
+        return log_tails(self.logs, lines)
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-        # workers' task processes may outlive a killed parent in the same group
-        for p in self.procs.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_groups(self.procs, grace=10)
 
 
 _T0 = time.monotonic()
