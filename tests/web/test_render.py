@@ -116,6 +116,22 @@ def test_a_304_on_recrawl_means_no_render(tmp_path: Path) -> None:
 
 
 @needs_browser
+def test_auto_remembers_across_crawls_where_rendering_was_needed(tmp_path: Path) -> None:
+    """The directory of a page found to be a shell is kept in the link cache: the next crawl
+    renders its pages without fetching the shell through the test first."""
+    write_spa(tmp_path / "site", ROUTES[:2])
+    with serve_directory(tmp_path / "site") as base:
+        connector = make_connector(
+            seeds=[f"{base}/"], cache_path=str(tmp_path / "cache.sqlite"), **_options(render="auto", concurrency=1)
+        )
+        first = Run(connector, tmp_path / "stage1")
+        second = Run(connector, tmp_path / "stage2")  # nothing known: every page fetched in full again
+    assert first.discovery.stats["render"]["render_by_prefix"] == 1  # the seed was tested, its subpage was not
+    assert second.discovery.stats["render"]["render_by_prefix"] == 2  # no page needed the test
+    assert second.discovery.stats["render"]["rendered"] == 2
+
+
+@needs_browser
 def test_a_page_that_never_yields_is_killed_and_the_crawl_goes_on(tmp_path: Path) -> None:
     write_spa(tmp_path / "site", ROUTES[:2])
     (tmp_path / "site" / "loop").mkdir()

@@ -30,6 +30,12 @@ CREATE TABLE IF NOT EXISTS pages (
     links TEXT NOT NULL,
     noindex INTEGER NOT NULL DEFAULT 0,
     updated REAL NOT NULL
+);
+-- render: auto: directories where a page needed the browser (render/step.py), so later crawls
+-- render their pages directly instead of fetching a shell and testing it first
+CREATE TABLE IF NOT EXISTS render_prefixes (
+    prefix TEXT PRIMARY KEY,
+    updated REAL NOT NULL
 )
 """
 
@@ -66,7 +72,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             with _OPENING:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
-                db.execute(_SCHEMA)
+                db.executescript(_SCHEMA)
             return db
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or attempt == _SETUP_TRIES - 1:
@@ -112,6 +118,19 @@ class LinkCache:
             )
             if len(self._pending) >= 500:
                 self._flush_locked()
+
+    def render_prefixes(self) -> set[str]:
+        with self._lock:
+            return {row[0] for row in self._db.execute("SELECT prefix FROM render_prefixes")}
+
+    def remember_render_prefixes(self, prefixes: set[str]) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO render_prefixes VALUES (?, ?)", ((p, now) for p in sorted(prefixes))
+            )
+            self._db.execute("COMMIT")
 
     def forget(self, url: str) -> None:
         with self._lock:

@@ -252,6 +252,8 @@ class Crawler:
     # ------------------------------------------------------------------ the crawl
 
     async def run(self) -> CrawlResult:
+        if self.render is not None:  # directories earlier crawls had to render (render: auto)
+            self.render.prefixes |= self.cache.render_prefixes()
         for seed in self.o.seeds:
             self._enqueue(seed, 0, seed=True)
         if self.o.use_sitemaps:
@@ -264,6 +266,8 @@ class Crawler:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             self.cache.flush()
+            if self.render is not None and self.render.prefixes:
+                self.cache.remember_render_prefixes(self.render.prefixes)
         self.result.complete = not self._truncated and self._unexpanded == 0
         if self.result.complete and self.o.max_depth is None and not self.o.include and not self.o.exclude:
             # Forget pages that fell out of the site (only when this crawl saw all of it; a

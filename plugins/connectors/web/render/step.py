@@ -4,7 +4,8 @@
 page; ``auto`` renders a page the HTML parser would skip as a JavaScript shell
 (:func:`.shell.looks_like_shell`), and remembers the page's directory (``/docs/`` of
 ``/docs/intro``): later pages under a remembered prefix are rendered without the test, since one
-app serves them all. A 304 never reaches this step (nothing changed, nothing to render).
+app serves them all; the crawler keeps these prefixes in its link cache, so the next crawl starts
+with them. A 304 never reaches this step (nothing changed, nothing to render).
 """
 
 from __future__ import annotations
