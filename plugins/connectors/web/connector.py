@@ -141,8 +141,9 @@ class WebConnector(Connector):
         named page is fetched exactly once."""
         units = set(partition.split(","))
         scope = Scope(self.options.seeds, self.options.scope)
-        current = {u for p in self.partitions() for u in p.split(",")}
-        first = bool(self.partitions()) and partition == self.partitions()[0]
+        partitions = self.partitions()
+        current = {u for p in partitions for u in p.split(",")}
+        first = bool(partitions) and partition == partitions[0]
         return [s for s in seeds if scope.key(s) in units or (first and scope.key(s) not in current)]
 
     def _crawl_options(self, request: DiscoveryRequest) -> WebOptions | None:

@@ -384,8 +384,13 @@ class Crawler:
             self.refused.append(record)
             return  # refused on purpose (blocked address, out of scope, too large ...)
         self.failed.append(record)
-        self._keep_alive(final)
-        cached = self.cache.get(final)
+        self._keep_transient_failure(final, depth)
+
+    def _keep_transient_failure(self, url: str, depth: int) -> None:
+        """A page that failed for now (it may well still exist): kept alive, and the crawl goes
+        on through its cached links; without them the listing cannot be complete."""
+        self._keep_alive(url)
+        cached = self.cache.get(url)
         if cached is None:
             self._unexpanded += 1
             return
@@ -445,12 +450,7 @@ class Crawler:
                 return
             self.errors[kind] += 1
             self.failed.append(record)  # a hung or crashed page: retried next run
-            self._keep_alive(url)
-            cached = self.cache.get(url)
-            if cached is None:
-                self._unexpanded += 1
-            else:
-                self._follow(cached.links, depth)
+            self._keep_transient_failure(url, depth)
             return
         assert outcome.page is not None
         headers = {**result.headers, "content-type": "text/html; charset=utf-8"}  # the DOM, serialised
