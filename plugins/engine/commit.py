@@ -51,9 +51,9 @@ def missing_batches(staging: StagingArea, plan: RunPlan) -> dict[int, str | None
     """Batches of the plan without an upserted manifest -> the last stage manifest they have."""
     missing: dict[int, str | None] = {}
     for number in range(len(plan.batches)):
-        if staging.has(f"upserted-{number:04d}.json"):
+        if StagingArea.exists_at(staging.stage_path("upserted", number)):
             continue
-        done = [s for s in _STAGES[:-1] if staging.has(f"{s}-{number:04d}.json")]
+        done = [s for s in _STAGES[:-1] if StagingArea.exists_at(staging.stage_path(s, number))]
         missing[number] = done[-1] if done else None
     return missing
 

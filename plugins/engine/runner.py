@@ -96,8 +96,9 @@ def _process_batches(
 ) -> None:
     """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector.
 
-    With two cores or more, parse and chunk run in worker processes (:mod:`plugins.engine.overlap`)
-    while this process fetches the next batches and indexes the chunked ones, in batch order."""
+    With ``TRIBUTARY_PARSE_WORKERS`` set (and two cores or more), parse and chunk run in worker
+    processes (:mod:`plugins.engine.overlap`) while this process fetches the next batches and
+    indexes the chunked ones, in batch order; otherwise each batch runs through here in turn."""
     # a resumed run: batches with an upserted manifest reached the index already
     todo = [b for b in batches if not StagingArea.exists_at(next_manifest_path(b, "upserted"))]
     with open_connector(ctx) as connector:
