@@ -223,12 +223,14 @@ def _sniff_zip(data: bytes, file_name: str) -> str:
 
 # --------------------------------------------------------------------------- text
 
-_HTML_START = re.compile(
-    rb"^\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.I | re.S
-)
+# What may open an HTML page once the prolog is skipped (see _after_prolog: no regular expression
+# repeats over the prolog, whose constructs a lazy ``.*?`` could run past, in exponential time)
+_HTML_ROOT = re.compile(r"<(?:!doctype\s+html|html|head|body)\b", re.I)
 _HTML_ANY = re.compile(rb"<(?:html|head|body|div|p|table|meta|title|script)\b[^>]*>", re.I)
 _MD_LINE = re.compile(r"^(?:#{1,6}\s+\S|```|~~~|\s*[-*+]\s+\S|\s*\d+\.\s+\S|>\s|\|.*\|\s*$|---\s*$)", re.M)
-_MD_INLINE = re.compile(r"\[[^\]]+\]\([^)]+\)|\*\*[^*]+\*\*|`[^`]+`")
+# a link's text and target stop at the next bracket or line end: a run of "[" or "](" costs one
+# step each instead of a scan to the end of the sample
+_MD_INLINE = re.compile(r"\[[^\]\[\n]+\]\([^()\n]+\)|\*\*[^*]+\*\*|`[^`]+`")
 
 
 def _is_binary(sample: bytes) -> bool:
@@ -244,11 +246,8 @@ _NB_CELLS = re.compile(rb'^\s*\{\s*"(?:cells|worksheets|metadata)"\s*:')
 _NB_VERSION = re.compile(rb'"nbformat"\s*:\s*\d')
 # XML: a declaration, or a root element after comments / processing instructions / a doctype
 # (internal subset included); HTML roots and bare HTML fragments are left to the HTML sniffer
-_XML_START = re.compile(
-    r"^\s*(?:<\?xml\b[^>]*>\s*)?(?:(?:<!--.*?-->|<\?.*?\?>|<!DOCTYPE(?:[^>\[]|\[.*?\])*>)\s*)*"
-    r"<([A-Za-z_][\w.\-]*(?::[A-Za-z_][\w.\-]*)?)[\s/>]",
-    re.S,
-)
+_SPACE = re.compile(r"\s*")
+_XML_ROOT = re.compile(r"<([A-Za-z_][\w.\-]*(?::[A-Za-z_][\w.\-]*)?)[\s/>]")
 _HTML_ELEMENTS = frozenset(
     {
         *("html", "head", "body", "div", "p", "span", "a", "b", "i", "u", "em", "strong", "br", "hr", "img"),
@@ -265,9 +264,9 @@ def sniff_text(data: bytes, file_name: str = "") -> str | None:
     sample = data[:65536]
     if not sample.strip() or _is_binary(sample[:8192]):
         return None
-    if _HTML_START.match(sample):
-        return "text/html"
     text = sample.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if _HTML_ROOT.match(text, _after_prolog(text, doctype=False)):
+        return "text/html"
     stripped = text.lstrip()  # record separators (RFC 7464) are whitespace to str.lstrip
     # JSON and XML before the count of HTML tags: a notebook's HTML outputs or an RSS feed's
     # <title>s are not an HTML page
@@ -285,9 +284,45 @@ def sniff_text(data: bytes, file_name: str = "") -> str | None:
     return "text/plain"
 
 
+def _after_prolog(text: str, *, doctype: bool) -> int:
+    """Where the root element may start: past white space, an XML declaration, comments and
+    processing instructions (XML 1.0 §2.8, "Prolog") and, with ``doctype``, a document type
+    declaration with its internal subset. Each construct's end is found with one ``str.find``, so
+    the scan is linear in the sample; an unterminated construct returns the end of the text."""
+    pos, end = _skip_space(text, 0), len(text)
+    while pos < end:
+        if text.startswith("<!--", pos):
+            close, width = text.find("-->", pos + 4), 3
+        elif text.startswith("<?", pos):
+            close, width = text.find("?>", pos + 2), 2
+        elif doctype and text[pos : pos + 9].upper() == "<!DOCTYPE":
+            close, width = _doctype_end(text, pos + 9), 1
+        else:
+            return pos
+        if close < 0:
+            return end
+        pos = _skip_space(text, close + width)
+    return pos
+
+
+def _doctype_end(text: str, pos: int) -> int:
+    """Index of the ``>`` closing a doctype whose name starts at ``pos`` (``[...]`` skipped), or -1."""
+    while True:
+        close, subset = text.find(">", pos), text.find("[", pos)
+        if subset < 0 or 0 <= close < subset:
+            return close
+        pos = text.find("]", subset + 1)
+        if pos < 0:
+            return -1
+
+
+def _skip_space(text: str, pos: int) -> int:
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
+
+
 def _xml_kind(text: str) -> str | None:
     """``application/xml`` for a document that opens like XML and is not HTML (flat ODF: its type)."""
-    m = _XML_START.match(text)
+    m = _XML_ROOT.match(text, _after_prolog(text, doctype=True))
     if m is None:
         return None
     root = m.group(1)

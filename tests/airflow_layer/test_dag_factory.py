@@ -88,3 +88,16 @@ def test_alert_links_use_airflows_base_url(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_outside_a_task_there_is_no_task_sdk_to_ask() -> None:
     assert sdk_dag_run_state() is None
+
+
+@pytest.mark.parametrize("kind, options", [("web", WEB), ("feishu", FEISHU)])
+def test_every_task_has_a_time_limit(kind: str, options: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task that hangs where no deadline of ours reaches (issue 33, point 1: a sniffer that never
+    returned kept its run "running") is failed by Airflow, and its run closed by the callback."""
+    import datetime as dt
+
+    dag = build_dag(SourceConfig(kind=kind, name="limits", options=options))
+    assert dag.tasks and all(t.execution_timeout == dt.timedelta(minutes=120) for t in dag.tasks)
+    monkeypatch.setenv("TRIBUTARY_TASK_TIMEOUT_MINUTES", "7")
+    dag = build_dag(SourceConfig(kind=kind, name="limits", options=options))
+    assert all(t.execution_timeout == dt.timedelta(minutes=7) for t in dag.tasks)

@@ -86,8 +86,13 @@ def schedule_for(source: SourceConfig) -> Any:
 
 
 def _default_args() -> dict[str, Any]:
-    """Every task's retries (backoff capped at 10 min) and its failure callback."""
+    """Every task's retries (backoff capped at 10 min), time limit and failure callback.
+
+    The time limit is the backstop for a task that hangs where no deadline of ours reaches (a C
+    library stuck in one call, a bug): Airflow fails it, the failure callback closes the run, the
+    retry starts over from the committed state instead of the run staying "running" forever."""
     return {
+        "execution_timeout": dt.timedelta(minutes=float(os.environ.get("TRIBUTARY_TASK_TIMEOUT_MINUTES", "120"))),
         "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
         "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),
         "retry_exponential_backoff": True,
