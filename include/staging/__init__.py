@@ -29,13 +29,25 @@ from typing import Any
 from include.settings import get_settings
 from include.staging.locations import backend_for, join, location_parent
 
-__all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "StagingTooLargeError", "file_digest"]
+__all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "StagingTooLargeError", "file_digest", "segment"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]")
+_SEGMENT_MAX = 150
 
 
-def _safe(name: str) -> str:
-    return _UNSAFE.sub("_", name)[:150]
+def segment(name: str) -> str:
+    """One path segment per DAG id or run id, injective on every backend.
+
+    A name that is already a safe segment is kept as it is (readable; older runs keep their
+    prefix). Any other name — separators, ``:`` (Airflow's run ids), ``.`` and ``..`` (which on
+    a file system name the parent: a run id ``..`` once deleted the whole staging tree), the
+    empty name, or one longer than the cap — becomes a readable part plus ``~`` and a SHA-256 of
+    the full name: ``~`` never occurs in a kept name, and the hash tells apart names the readable
+    part would merge (``T10:00:00`` and ``T10_00_00``, ids that differ after the cap)."""
+    if name not in ("", ".", "..") and len(name) <= _SEGMENT_MAX and not _UNSAFE.search(name):
+        return name
+    readable = _UNSAFE.sub("_", name)[:100].strip(".") or "_"
+    return f"{readable}~{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:32]}"
 
 
 class StagingTooLargeError(ValueError):
@@ -68,7 +80,7 @@ class StagedFile:
 
 class StagingArea:
     def __init__(self, dag_id: str, run_id: str, root: str | os.PathLike[str] | None = None) -> None:
-        self.root = join(str(root or get_settings().staging_url), f"{_safe(dag_id)}/{_safe(run_id)}")
+        self.root = join(str(root or get_settings().staging_url), f"{segment(dag_id)}/{segment(run_id)}")
         self._backend = backend_for(self.root)
         # digests of the raw files this instance staged (a crawler stages during discovery; the
         # plan then records each change's digest beside its staged path)

@@ -11,7 +11,10 @@ __all__ = ["LocalBackend"]
 
 
 def _path(location: str) -> Path:
-    return Path(location.removeprefix("file://"))
+    path = Path(location.removeprefix("file://"))
+    if ".." in path.parts:  # StagingArea's segments never make one; a location that does is refused
+        raise ValueError(f"staging location climbs out of its root: {location!r}")
+    return path
 
 
 class LocalBackend:

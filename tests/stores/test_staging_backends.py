@@ -149,6 +149,40 @@ def test_cleanup_removes_this_run_only_and_keeps_raw_when_asked(staging_url: str
         assert runs[other].has("batch-0000.json") and runs[other].holds_more_than_raw()
 
 
+# run ids that once reached another run's staging (issue 33, points 10 and 11): ``..`` and ``.``
+# named the DAG's or the whole tree's directory; ``:`` was mapped to ``_`` and ids were cut at 150
+# characters, so these pairs shared one prefix and one run's cleanup deleted the other's files
+HOSTILE_RUN_IDS = [
+    "..",
+    ".",
+    "",
+    "a/../../b",
+    "manual__2026-12-04T10:00:00+00:00",
+    "manual__2026-12-04T10_00_00+00_00",
+    "x" * 150 + "-first",
+    "x" * 150 + "-second",
+    "x" * 150,
+]
+
+
+def test_no_run_id_reaches_another_runs_staging(staging_url: str) -> None:
+    neighbour = StagingArea("sync_other_t", "manual__neighbour")
+    neighbour.write_json("batch-0000.json", {"n": 1})
+    areas = [StagingArea("sync_files_t", run) for run in HOSTILE_RUN_IDS]
+    assert len({a.root for a in areas}) == len(areas)  # one prefix per run id
+    base = areas[0].root.rsplit("/", 1)[0]  # the DAG's own prefix
+    for area in areas:
+        assert area.root.startswith(base + "/") and "/" not in area.root[len(base) + 1 :]
+        area.write_json("batch-0000.json", {"root": area.root})
+    for doomed in areas:
+        doomed.cleanup()
+        assert not doomed.exists()
+        for other in areas[areas.index(doomed) + 1 :]:
+            assert StagingArea.read_json(other.path("batch-0000.json")) == {"root": other.root}
+        assert neighbour.has("batch-0000.json")
+    assert StagingArea("sync_files_t", "plain-run_1.2").root.endswith("/sync_files_t/plain-run_1.2")
+
+
 def test_size_bytes_adds_every_object(staging_url: str) -> None:
     area = StagingArea("sync_files_t", "manual__5")
     area.write_bytes("batch-0000.json", b"a" * 10)
