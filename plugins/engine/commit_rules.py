@@ -290,6 +290,10 @@ def run_counts(plan: RunPlan, manifests: list[BatchManifest], book: CommitBook) 
     result: dict[str, Any] = {k: int(v) for k, v in counts.items()}
     for key in _ZEROS:
         result.setdefault(key, 0)
+    # what share of the chunks embedded this run the model cut to its input limit (rare, since
+    # chunks are sized for the model: plugins/engine/chunk_budget.py)
+    embedded = result["chunks_embedded"]
+    result["chunks_truncated_share"] = round(result["chunks_truncated"] / embedded, 4) if embedded else 0.0
     result["missing_not_deleted"] = len(plan.missing)
     # the connector's own counters (a crawl's fetched / not modified / skipped / errors by kind)
     result["source_stats"] = plan.stats

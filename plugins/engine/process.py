@@ -17,8 +17,8 @@ from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagedFile, StagingArea, StagingCorruptError
-from plugins.chunkers.registry import chunk_document
 from plugins.connectors.base import Connector
+from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.lineage import parser_warnings
 from plugins.engine.manifests import (
     ItemFailure,
@@ -138,7 +138,7 @@ def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig, reader: Pack
     if parsed is None:
         raise ValueError(f"item {item.item_key!r} reached chunking without a staged parsed document")
     doc = reader.parsed(parsed, item.item_key)
-    return chunk_document(doc, doc_id, source.chunker.name, source.chunker.options)
+    return chunk_for_source(doc, doc_id, source)  # within the embedding model's input limit
 
 
 def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
