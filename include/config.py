@@ -176,7 +176,10 @@ class EmbeddingConfig(BaseModel):
     is sent as the request's ``dimensions`` (models that support shortening) and every answer is
     checked against it. ``batch_size``: texts per model call or request. ``max_input_tokens``
     caps what one chunk may send (the model's own limit when unset). ``requests_per_minute``:
-    the endpoint's request budget, shared by every worker through Redis.
+    the endpoint's request budget, shared by every worker through Redis. ``timeout_seconds``:
+    the deadline of one request (of a whole query embedding). ``allow_private_networks``: let
+    the ``openai`` endpoint be a link-local or reserved address (loopback and private networks
+    always are; cloud metadata addresses never).
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -188,6 +191,7 @@ class EmbeddingConfig(BaseModel):
     max_input_tokens: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_seconds: float = Field(default=60.0, gt=0)
+    allow_private_networks: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -269,7 +273,7 @@ class SourceConfig(BaseModel):
         parts: dict[str, Any] = {"parser": self.parser, "chunker": self.chunker.model_dump()}
         if self.embedding.enabled:
             parts["embedding"] = self.embedding.model_dump(
-                exclude={"batch_size", "requests_per_minute", "timeout_seconds"}
+                exclude={"batch_size", "requests_per_minute", "timeout_seconds", "allow_private_networks"}
             )
         if versions:
             parts["versions"] = dict(versions)

@@ -16,39 +16,16 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from include.addresses import BlockedAddress, IPAddress, IPNetwork
+from include.addresses import unmap as _unmap
+from include.addresses import why_blocked as _why_blocked
+
 __all__ = ["AddressGuard", "BlockedAddress"]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-# Not all of these are flagged by ipaddress' is_private in every Python version.
-_ALWAYS_BLOCKED = [
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "100.64.0.0/10",  # carrier-grade NAT
-        "169.254.0.0/16",  # link-local, cloud metadata (169.254.169.254)
-        "192.0.0.0/24",
-        "198.18.0.0/15",
-        "fd00:ec2::254/128",  # AWS metadata over IPv6
-        "fe80::/10",
-        "fc00::/7",
-    )
-]
 # A last label that is a number (decimal, 0x-hex or empty-dotted) makes the host an IPv4
 # address to WHATWG URL parsers and to inet_aton, with octal for leading zeros.
 _NUMERIC_LAST_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\.?", re.IGNORECASE)
 _METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
-
-
-class BlockedAddress(Exception):
-    """The target resolves to an address the source is not allowed to reach."""
-
-    def __init__(self, host: str, address: str, why: str) -> None:
-        super().__init__(f"refusing to connect to {host} ({address}): {why}")
-        self.host = host
-        self.address = address
-        self.why = why
 
 
 def _ambiguous_ipv4(name: str) -> bool:
@@ -57,28 +34,6 @@ def _ambiguous_ipv4(name: str) -> bool:
     is 127.0.0.1, so no check on the spelling would match what the resolver connects to."""
     last = name.rstrip(".").rsplit(".", 1)[-1]
     return bool(_NUMERIC_LAST_LABEL.fullmatch(last))
-
-
-def _unmap(ip: IPAddress) -> IPAddress:
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.sixtofour is not None:
-            return ip.sixtofour
-    return ip
-
-
-def _why_blocked(ip: IPAddress) -> str | None:
-    ip = _unmap(ip)
-    if ip.is_loopback:
-        return "loopback"
-    if ip.is_link_local or any(ip in net for net in _ALWAYS_BLOCKED if net.version == ip.version):
-        return "link-local/reserved/metadata"
-    if ip.is_private:
-        return "private network"
-    if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
-        return "non-unicast"
-    return None
 
 
 @dataclass(slots=True)
