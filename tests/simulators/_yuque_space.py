@@ -76,6 +76,9 @@ class YuqueSpace:
         self.list_includes_format = False  # the 2.0.1 list schema has no 'format'
         self.toc_move_touches_doc = True  # a TOC move bumps the doc's updated_at (unverified)
         self.sheet_autosave_moves = "both"  # content | updated | both | none (unverified)
+        # what a repo's items_count counts (the spec says only "number of docs"): every live doc
+        # ("all", drafts included) or the published ones ("published")
+        self.items_count_counts = "all"
         self.counters: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
         self._clock = EPOCH
@@ -151,6 +154,14 @@ class YuqueSpace:
         if self.sheet_autosave_moves in ("updated", "both"):
             doc.updated_at = now
 
+    def move_doc_to_repo(self, doc: SimDoc, target: SimRepo, *, touches_doc: bool = False) -> None:
+        """Move the doc to another repo, keeping its id; whether its ``updated_at`` moves is
+        unverified (``touches_doc``; off: the move the count check alone cannot see)."""
+        source = next(r for r in self.repos.values() if doc.id in r.docs)
+        target.docs[doc.id] = source.docs.pop(doc.id)
+        if touches_doc:
+            doc.updated_at = self.tick()
+
     def rename_repo(self, repo: SimRepo, slug: str, name: str | None = None) -> None:
         """A routine rename: namespace changes, ids stay; the docs' own timestamps do not move."""
         repo.slug = slug
@@ -187,6 +198,7 @@ class YuqueSpace:
 
     def _repo_json(self, repo: SimRepo) -> dict[str, Any]:
         live = [d for d in repo.docs.values() if d.deleted_at is None]
+        counted = live if self.items_count_counts == "all" else [d for d in live if d.status != 0]
         return {
             "id": repo.id,
             "type": repo.type,
@@ -196,7 +208,7 @@ class YuqueSpace:
             "description": "",
             "creator_id": self.accounts[repo.owner]["id"],
             "public": 0,
-            "items_count": len(live),
+            "items_count": len(counted),
             "likes_count": 0,
             "watches_count": 0,
             "content_updated_at": max((d.content_updated_at for d in live), default=repo.updated_at),

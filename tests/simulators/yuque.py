@@ -25,8 +25,13 @@ is uncertain the simulator is configurable, and says so):
 - drafts (``status`` 0) carry their text in ``body_draft`` with an empty ``body``; the spec's
   V2Doc ``status`` is "0 draft, 1 published" (yuque-openapi.yaml; RSSHub PR #2156 checks
   ``status === 1``);
-- ``changed_at_gte`` filters on ``updated_at`` (the spec names it 变更时间, "change time";
-  ``changed_at_field`` switches it to ``content_updated_at``);
+- ``changed_at_gte`` filters on ``updated_at`` (the spec names it only 变更时间下界, "lower
+  bound of change time"; ``changed_at_field`` switches it to ``content_updated_at``), and a
+  repo's ``items_count`` counts every live doc, drafts included (the spec: 文档数量, "number of
+  docs"; ``items_count_counts`` = "published" leaves drafts out): the connector must be right
+  under every reading of both;
+- a doc can move to another repo keeping its id, with or without touching its ``updated_at``
+  (:meth:`YuqueSimulator.move_doc_to_repo`);
 - a burst limit per account (``per_second_limit``, a sliding second): exporters firing ~200
   fetches at once get 429 (web-farmer/yuque-exporter PR #1);
 - 3xx answers (``redirect_to``: every API request redirects there, as a team space's host does);

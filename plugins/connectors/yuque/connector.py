@@ -17,8 +17,10 @@ Options (``SourceConfig.options``, read only through :class:`.options.YuqueOptio
   path its Markdown is written under (:mod:`.headings`), so chunks carry it.
 - ``deleted_listing`` (default true): read ``?deleted=true`` for explicit tombstones.
 - ``incremental_listing`` (default true) / ``incremental_overlap_minutes`` (10): list only docs
-  changed since the newest stored ``updated_at`` (:mod:`.walk`), falling back to a full listing
-  whenever the repo's key set cannot be proven from it.
+  changed since the oldest listing that vouched for a stored version (:mod:`.walk`), falling
+  back to a full listing whenever the repo's count disagrees; ``full_listing_every`` (24): list
+  each repo in full at least every that many runs (the spec does not say which timestamp
+  ``changed_at_gte`` filters on). Deletions are decided on full listings only.
 - ``max_sheet_bytes``: inflate cap for lakesheet bodies (default 64 MiB).
 
 Item key ``<book_id>/<doc_id>`` (stable across repo renames; keys of earlier releases are
@@ -149,11 +151,13 @@ class YuqueConnector(Connector):
             and request.window_end is None
             and request.only_keys is None
         )
-        walker = Walker(self.client, self.options.model_dump(), self.log)
-        walk = Walk()
-        for repo in walker.repos(walk):
-            walker.list_repo(repo, walk, known, incremental=incremental)
-        return walk
+        # a run limited to some keys or a window compares only some docs: its full listings do
+        # not stand for the periodic one (see .walk)
+        limited = request is not None and not (
+            request.window_start is None and request.window_end is None and request.only_keys is None
+        )
+        walker = Walker(self.client, self.options.model_dump(), self.log, resets=not limited)
+        return walker.walk(known, incremental=incremental)
 
     def _in_window(self, doc: DocSummary, request: DiscoveryRequest) -> bool:
         if request.window_start is None and request.window_end is None:
@@ -195,7 +199,7 @@ class YuqueConnector(Connector):
 
     def _evidence(self, entry: RepoDocs, doc: DocSummary) -> VersionEvidence:
         toc = None if entry.toc is None else [entry.repo.name, *entry.toc.get(doc.id, [])]
-        revision = fingerprint(doc.updated_at, entry.repo.namespace, doc.slug, toc, self._listed_at)
+        revision = fingerprint(doc.updated_at, entry.repo.namespace, doc.slug, toc, self._listed_at, entry.cursor)
         return VersionEvidence(modified_time=doc.modified_time, revision=revision)
 
     def _unlisted(self, entry: RepoDocs, known: dict[str, VersionEvidence], by_doc: dict[int, str]) -> list[Change]:
@@ -208,7 +212,7 @@ class YuqueConnector(Connector):
                 continue
             parts = revision_parts(version.revision)
             toc = None if entry.toc is None else toc_part([entry.repo.name, *entry.toc.get(doc_id, [])])
-            stamped = with_listed_at(version.revision, self._listed_at) or ""
+            stamped = with_listed_at(version.revision, self._listed_at, entry.cursor) or ""
             if parts and toc is not None and parts["t"] not in (toc, UNKNOWN):
                 moved = VersionEvidence(modified_time=version.modified_time, revision=with_toc(stamped, toc))
                 stub = DocSummary(doc_id, None, "", "Doc", None, parts["u"] or None, version.modified_time, 1)
@@ -227,8 +231,9 @@ class YuqueConnector(Connector):
         for entry in walk.repos:
             for doc in entry.docs:
                 current[doc.id] = item_key(entry.repo.id, doc.id)
+        for entry in walk.repos:  # a doc listed in one repo is not kept under another's key
             for doc_id in entry.unlisted:
-                current[doc_id] = item_key(entry.repo.id, doc_id)
+                current.setdefault(doc_id, item_key(entry.repo.id, doc_id))
         for key in walk.extra_keys:  # unreadable records still exist: their state moves too
             if (extra_id := doc_id_of(key)) is not None:
                 current.setdefault(extra_id, key)
@@ -265,6 +270,7 @@ class YuqueConnector(Connector):
             "docs_listed": sum(len(e.docs) for e in walk.repos),
             "drafts_skipped": sum(e.drafts for e in walk.repos),
             "incremental_repos": walk.incremental_repos,
+            "full_listing_reasons": walk.full_reasons,  # namespace -> why (beyond "nothing known")
             "renamed_keys": len(renames),
             # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
             "skipped": walk.skipped,
@@ -282,7 +288,10 @@ class YuqueConnector(Connector):
         )
 
     def _deletions(self, walk: Walk, known: dict[str, VersionEvidence], alive: set[str]) -> list[Change]:
-        """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays)."""
+        """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays),
+        only when every repo was listed in full (the walk made sure of it when one was pending)."""
+        if walk.incremental_repos:
+            return []
         by_doc = _by_doc_id(known)
         changes = []
         for entry in walk.repos:

@@ -25,8 +25,10 @@ class YuqueOptions(EngineOptions):
     types), ``include_drafts`` (sync unpublished docs too), ``breadcrumbs`` (read TOCs for heading
     paths), ``toc_headings``, ``deleted_listing`` (read explicit tombstones),
     ``incremental_listing`` / ``incremental_overlap_minutes`` (list only what changed since the
-    newest stored edit, minus this overlap), ``max_sheet_bytes`` (inflate cap of lakesheet
-    bodies). Plus the engine's options.
+    oldest listing that vouched for a stored version, minus this overlap),
+    ``full_listing_every`` (list each repo in full at least every that many runs, whatever
+    ``changed_at_gte`` filters on), ``max_sheet_bytes`` (inflate cap of lakesheet bodies). Plus
+    the engine's options.
     """
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -41,4 +43,5 @@ class YuqueOptions(EngineOptions):
     deleted_listing: bool = True
     incremental_listing: bool = True
     incremental_overlap_minutes: float = Field(default=10, ge=0)
+    full_listing_every: int = Field(default=24, ge=1)
     max_sheet_bytes: int = Field(default=64 * 1024 * 1024, ge=1)

@@ -11,7 +11,9 @@ Version evidence:
 - ``revision``: ``u=<updated_at>;p=<hash of namespace/slug>;t=<hash of the TOC path>;l=<when
   a listing last vouched for this version>``. ``l`` only moves when the engine commits the
   report (a failed fetch keeps the old one), which is what lets an incremental listing start
-  early enough to see that doc again (:mod:`.walk`).
+  early enough to see that doc again (:mod:`.walk`); ``n=<incremental listings of the repo
+  since its last full listing>;e=<items_count minus the docs that full listing showed>``: the
+  repo's :class:`RepoCursor`, stamped by the same listing (read back by :func:`repo_cursor`).
   ``updated_at`` also moves on metadata-only edits (slug rename, sometimes a TOC move) and maybe
   on a sheet's autosave; the TOC path is compared on its own because a move need not touch the
   doc at all. ``t=-`` means the TOC was unreadable this run: that part is then not compared, and
@@ -21,6 +23,7 @@ Version evidence:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -29,6 +32,7 @@ from include.contract import VersionEvidence
 __all__ = [
     "UNKNOWN",
     "Comparison",
+    "RepoCursor",
     "Verdict",
     "book_id_of",
     "compare",
@@ -36,6 +40,7 @@ __all__ = [
     "fingerprint",
     "item_key",
     "legacy_renames",
+    "repo_cursor",
     "revision_parts",
     "toc_part",
     "with_listed_at",
@@ -84,16 +89,43 @@ def toc_part(toc_path: list[str] | None) -> str:
     return UNKNOWN if toc_path is None else _short("\x1f".join(toc_path))
 
 
+@dataclass(frozen=True, slots=True)
+class RepoCursor:
+    """Where a repo's listings stand, carried in the revisions of its docs (``n=``, ``e=``).
+
+    ``since_full``: incremental listings of the repo since its last full listing (the walk lists
+    it in full again once this reaches ``full_listing_every``). ``count_offset``: the repo's
+    ``items_count`` minus the docs its last full listing showed us (the docs we index plus
+    unreadable records); a draft counts in it exactly when ``items_count`` counts drafts, so an
+    incremental listing compares counts the way the full listing found them.
+    """
+
+    since_full: int
+    count_offset: int
+
+    def advanced(self) -> RepoCursor:
+        return RepoCursor(self.since_full + 1, self.count_offset)
+
+
 def fingerprint(
-    updated_at: str | None, namespace: str, slug: str | None, toc_path: list[str] | None, listed_at: str = ""
+    updated_at: str | None,
+    namespace: str,
+    slug: str | None,
+    toc_path: list[str] | None,
+    listed_at: str = "",
+    cursor: RepoCursor | None = None,
 ) -> str:
     toc = toc_part(toc_path)
     place = _short(f"{namespace}/{slug or ''}")
-    return _join({"u": updated_at or "", "p": place, "t": toc, "l": listed_at})
+    return _join({"u": updated_at or "", "p": place, "t": toc, "l": listed_at, **_cursor_parts(cursor)})
+
+
+def _cursor_parts(cursor: RepoCursor | None) -> dict[str, str]:
+    return {} if cursor is None else {"n": str(cursor.since_full), "e": str(cursor.count_offset)}
 
 
 def _join(parts: dict[str, str]) -> str:
-    order = ["u", "p", "t"] + (["l"] if parts.get("l") else [])
+    order = ["u", "p", "t"] + [k for k in ("l", "n", "e") if parts.get(k)]
     return ";".join(f"{k}={parts[k]}" for k in order)
 
 
@@ -110,13 +142,38 @@ def with_toc(revision: str, toc: str) -> str:
     return _join(parts)
 
 
-def with_listed_at(revision: str | None, listed_at: str) -> str | None:
-    """The revision, stamped with the listing that just vouched for it (see :mod:`.walk`)."""
+def with_listed_at(revision: str | None, listed_at: str, cursor: RepoCursor | None = None) -> str | None:
+    """The revision, stamped with the listing that just vouched for it and the repo's cursor
+    after that listing (see :mod:`.walk`)."""
     parts = revision_parts(revision)
     if not parts:
         return revision
-    parts["l"] = listed_at
+    parts = {k: v for k, v in parts.items() if k not in ("n", "e")}
+    parts.update(l=listed_at, **_cursor_parts(cursor))
     return _join(parts)
+
+
+def repo_cursor(revisions: Iterable[str | None]) -> RepoCursor | None:
+    """The cursor the latest listing of a repo stamped (on the versions with the newest ``l``;
+    older ones are docs whose fetch failed since). None, so the repo is listed in full: no
+    stamp yet (a version of an earlier release), an unreadable one, or two that disagree."""
+    newest, cursors = "", set[RepoCursor | None]()
+    for revision in revisions:
+        parts = revision_parts(revision)
+        listed = parts.get("l", "")
+        if listed > newest:  # one fixed ISO-8601 form (``_iso``): strings order as times
+            newest, cursors = listed, set()
+        if listed and listed == newest:
+            cursors.add(_cursor_of(parts))
+    return next(iter(cursors)) if len(cursors) == 1 else None
+
+
+def _cursor_of(parts: dict[str, str]) -> RepoCursor | None:
+    try:
+        since_full, offset = int(parts["n"]), int(parts["e"])
+    except (KeyError, ValueError):
+        return None
+    return RepoCursor(since_full, offset) if since_full >= 0 else None
 
 
 class Verdict(Enum):

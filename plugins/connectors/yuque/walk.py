@@ -12,10 +12,26 @@ repo we hold docs of, only docs changed since the *oldest* listing that vouched 
 version (each version's ``l=``, minus an overlap for clock skew) are listed. The oldest, not the
 newest: a doc whose fetch failed keeps the ``l`` of its last committed version, so the listings
 keep reaching back to it until it is indexed (with the newest, an edit that failed to fetch
-would never be listed again). Docs not listed are unchanged, and the repo's key set is still known
-exactly when the known docs plus the newly listed ones, minus tombstones, add up to the repo's
-``items_count``; when they do not (a doc we never indexed, a draft, a count Yuque computes
-differently), the repo is listed in full, as every run did before.
+would never be listed again). Docs not listed are taken as unchanged.
+
+The spec says neither what ``changed_at_gte`` filters on ("lower bound of change time": an edit
+that moves only the other timestamp is not listed) nor what ``items_count`` counts ("number of
+docs": drafts?), so the listing is built to be right under every reading:
+
+- every repo is listed in full at least every ``full_listing_every`` runs (the repo's
+  :class:`~.versions.RepoCursor`, stamped into its docs' revisions), so an edit the filter
+  missed is seen within that many runs;
+- the count check: the known docs plus the newly listed ones, minus tombstones, plus the
+  repo's ``count_offset`` (what ``items_count`` counted beyond the docs the last full listing
+  showed us: its drafts, when it counts drafts) must add up to ``items_count``, else the repo
+  is listed in full; drafts listed by an incremental listing count the same way as in the
+  full one (not at all: they are in the offset), so a draft costs one full listing when it
+  appears or is published, not one every run;
+- deletions are decided on full listings only: a known doc no listing of this run vouches for
+  (a tombstone, absent from its repo's full listing) may have moved, without a timestamp, to a
+  repo listed incrementally (one doc leaving a repo while another enters keeps its count), so
+  then every repo is listed in full before anything is deleted (``Walk.incremental_repos`` is
+  0 whenever the connector reports a deletion).
 """
 
 from __future__ import annotations
@@ -30,7 +46,14 @@ from include.contract import VersionEvidence
 from plugins.connectors.yuque.client import YuqueClient
 from plugins.connectors.yuque.errors import YuqueError, YuqueNotFoundError, YuquePermissionError
 from plugins.connectors.yuque.models import DocSummary, RecordError, Repo, TocItem, build_breadcrumbs, parse_time
-from plugins.connectors.yuque.versions import book_id_of, doc_id_of, item_key, revision_parts
+from plugins.connectors.yuque.versions import (
+    RepoCursor,
+    book_id_of,
+    doc_id_of,
+    item_key,
+    repo_cursor,
+    revision_parts,
+)
 
 __all__ = ["RepoDocs", "Walk", "Walker"]
 
@@ -46,6 +69,10 @@ class RepoDocs:
     unlisted: set[int] = field(default_factory=set)
     toc: dict[int, list[str]] | None = None  # doc id -> ancestor titles; None: TOC unreadable
     drafts: int = 0
+    known_ids: set[int] = field(default_factory=set)  # doc ids of the repo's indexed docs
+    full: bool = False  # listed in full this run (else incrementally)
+    previous: RepoCursor | None = None  # the cursor the last listing stamped
+    cursor: RepoCursor | None = None  # the cursor this run's reports stamp (None: none)
 
 
 @dataclass(slots=True)
@@ -55,7 +82,11 @@ class Walk:
     incomplete_reasons: list[str] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     extra_keys: set[str] = field(default_factory=set)  # exist, but unreadable records
-    incremental_repos: int = 0
+    full_reasons: dict[str, str] = field(default_factory=dict)  # namespace -> why listed in full
+
+    @property
+    def incremental_repos(self) -> int:
+        return sum(1 for entry in self.repos if not entry.full)
 
     def incomplete(self, reason: str) -> None:
         self.complete = False
@@ -74,14 +105,34 @@ def known_by_repo(known: Iterable[str], repo: Repo) -> set[int]:
     return out
 
 
+def _repo_keys(known: Iterable[str], repo: Repo) -> list[str]:
+    """The known keys of ``repo``'s docs (current or legacy key form)."""
+    return [key for key in known if known_by_repo([key], repo)]
+
+
 class Walker:
-    def __init__(self, client: YuqueClient, options: dict[str, Any], log: Any = None) -> None:
+    """One walk. ``resets``: whether this walk's full listings count as the periodic full
+    listing (not in runs limited to ``only_keys`` or a window, which compare only some docs)."""
+
+    def __init__(self, client: YuqueClient, options: dict[str, Any], log: Any = None, *, resets: bool = True) -> None:
         self.client = client
         self.options = options
         self.log = log or _log
         namespaces = options.get("namespaces")
         self.namespaces = None if namespaces in (None, "all") else [str(n) for n in namespaces]
         self.include_drafts = bool(options.get("include_drafts", False))
+        self.full_listing_every = int(options.get("full_listing_every", 24))
+        self.resets = resets
+
+    def walk(self, known: dict[str, VersionEvidence], *, incremental: bool) -> Walk:
+        """Every repo listed (incrementally where allowed), then in full wherever a deletion
+        would otherwise be decided on an incremental listing."""
+        walk = Walk()
+        for repo in self.repos(walk):
+            self.list_repo(repo, walk, known, incremental=incremental)
+        if walk.incremental_repos and (doubt := self._doubt(walk, known)) is not None:
+            self._relist_in_full(walk, doubt)
+        return walk
 
     # ------------------------------------------------------------------ repos
 
@@ -127,12 +178,13 @@ class Walker:
     # ------------------------------------------------------------------ docs
 
     def list_repo(self, repo: Repo, walk: Walk, known: dict[str, VersionEvidence], *, incremental: bool) -> None:
-        entry = RepoDocs(repo)
-        known_ids = known_by_repo(known, repo)
+        entry = RepoDocs(repo, known_ids=known_by_repo(known, repo))
         try:
-            entry.tombstones = self._tombstones(repo) if known_ids and self.options.get("deleted_listing", True) else []
-            since = self._watermark(known, repo) if incremental and known_ids else None
-            if since is None or not self._incremental(entry, walk, known_ids, since):
+            deleted_listing = entry.known_ids and self.options.get("deleted_listing", True)
+            entry.tombstones = self._tombstones(repo) if deleted_listing else []
+            entry.previous = repo_cursor(known[k].revision for k in _repo_keys(known, repo))
+            since = self._incremental_since(entry, walk, known) if incremental else None
+            if since is None or not self._incremental(entry, walk, since):
                 self._full(entry, walk)
         except YuqueNotFoundError:
             walk.incomplete(f"repo {repo.namespace}: 404 while listing (deleted, or not visible); nothing inferred")
@@ -144,37 +196,90 @@ class Walker:
             entry.toc = self._toc(repo)
         walk.repos.append(entry)
 
+    def _incremental_since(self, entry: RepoDocs, walk: Walk, known: dict[str, VersionEvidence]) -> datetime | None:
+        """Where an incremental listing of the repo starts; None: list it in full (why: noted)."""
+        ns, previous = entry.repo.namespace, entry.previous
+        if not entry.known_ids:
+            return None  # nothing indexed yet: there is nothing to be incremental against
+        if previous is None or entry.repo.items_count is None:
+            walk.full_reasons[ns] = "no listing cursor" if previous is None else "no items_count"
+            return None
+        if previous.since_full + 1 >= self.full_listing_every:
+            walk.full_reasons[ns] = f"due: {previous.since_full} incremental listings since the last full one"
+            return None
+        since = self._watermark(known, entry.repo)
+        if since is None:
+            walk.full_reasons[ns] = "a stored version no listing vouched for"
+        return since
+
     def _full(self, entry: RepoDocs, walk: Walk) -> None:
         listing = self.client.list_docs(entry.repo.namespace)
         if not listing.complete:
             walk.incomplete(f"repo {entry.repo.namespace}: {listing.reason}")
         self._keep_published(entry, self._summaries(entry.repo, walk, listing.records))
         entry.unlisted = set()
+        entry.full = True
+        if not self.resets:  # only some docs were compared: the count goes on
+            entry.cursor = entry.previous.advanced() if entry.previous is not None else None
+        elif listing.complete and entry.repo.items_count is not None:
+            shown = {d.id for d in entry.docs} | {
+                doc_id_of(k) for k in walk.extra_keys if book_id_of(k) == entry.repo.id
+            }
+            entry.cursor = RepoCursor(0, entry.repo.items_count - len(shown))
+        else:
+            entry.cursor = None  # the next run lists it in full again
 
-    def _incremental(self, entry: RepoDocs, walk: Walk, known_ids: set[int], since: datetime) -> bool:
+    def _incremental(self, entry: RepoDocs, walk: Walk, since: datetime) -> bool:
         """List only what changed since ``since``; False when the key set cannot be proven."""
-        if entry.repo.items_count is None:
+        ns, previous, items_count = entry.repo.namespace, entry.previous, entry.repo.items_count
+        if previous is None or items_count is None:  # _incremental_since lists these in full
             return False
         stamp = since.strftime("%Y-%m-%dT%H:%M:%S.") + f"{since.microsecond // 1000:03d}Z"
-        listing = self.client.list_docs(entry.repo.namespace, changed_at_gte=stamp)
-        if not listing.complete:
-            return False
+        listing = self.client.list_docs(ns, changed_at_gte=stamp)
         probe = Walk()
         docs = self._summaries(entry.repo, probe, listing.records)
-        gone = {t.id for t in entry.tombstones}
-        alive = (known_ids | {d.id for d in docs} | {doc_id_of(k) for k in probe.extra_keys}) - gone
-        if probe.skipped or len(alive) != entry.repo.items_count:
-            self.log.info(
-                "Yuque %s: %d docs accounted for, items_count %s: listing in full",
-                entry.repo.namespace,
-                len(alive),
-                entry.repo.items_count,
-            )
+        if not listing.complete or probe.skipped:
+            walk.full_reasons[ns] = "the incremental listing was incomplete or had unreadable records"
             return False
-        self._keep_published(entry, docs)
-        entry.unlisted = known_ids - {d.id for d in docs} - gone
-        walk.incremental_repos += 1
+        self._keep_published(entry, docs)  # drafts are in the offset, not in the listed docs
+        gone = {t.id for t in entry.tombstones}
+        alive = (entry.known_ids | {d.id for d in entry.docs}) - gone
+        if len(alive) + previous.count_offset != items_count:
+            walk.full_reasons[ns] = (
+                f"count: {len(alive)} docs + offset {previous.count_offset}, items_count {items_count}"
+            )
+            self.log.info("Yuque %s: %s: listing in full", ns, walk.full_reasons[ns])
+            return False
+        entry.unlisted = entry.known_ids - {d.id for d in docs} - gone
+        entry.cursor = previous.advanced()
         return True
+
+    def _doubt(self, walk: Walk, known: dict[str, VersionEvidence]) -> str | None:
+        """Why a deletion might be decided this run (so every repo must be listed in full first)."""
+        listed = {d.id for e in walk.repos for d in e.docs} | {doc_id_of(k) for k in walk.extra_keys}
+        for entry in walk.repos:
+            ns = entry.repo.namespace
+            if not entry.full and (elsewhere := entry.unlisted & listed):
+                return f"doc {min(elsewhere)} of {ns} is listed in another repo"
+            if tombstoned := ({t.id for t in entry.tombstones} & entry.known_ids) - listed:
+                return f"doc {min(tombstoned)} of {ns} was deleted"
+        if walk.complete:
+            vouched = listed | {i for e in walk.repos for i in e.unlisted}
+            if unseen := {i for k in known if (i := doc_id_of(k)) is not None} - vouched:
+                return f"doc {min(unseen)} was in no listing"
+        return None
+
+    def _relist_in_full(self, walk: Walk, doubt: str) -> None:
+        for entry in walk.repos:
+            if entry.full:
+                continue
+            walk.full_reasons[entry.repo.namespace] = f"confirming before deleting: {doubt}"
+            try:
+                self._full(entry, walk)
+            except YuqueNotFoundError:
+                walk.incomplete(f"repo {entry.repo.namespace}: 404 while listing in full; nothing inferred")
+            except YuquePermissionError as exc:
+                walk.incomplete(f"repo {entry.repo.namespace}: {exc.message}")
 
     def _keep_published(self, entry: RepoDocs, docs: list[DocSummary]) -> None:
         """Drafts (``status`` 0, never published) are not indexed unless ``include_drafts``."""
@@ -202,11 +307,9 @@ class Walker:
     def _watermark(self, known: dict[str, VersionEvidence], repo: Repo) -> datetime | None:
         """The oldest ``l=`` of the repo's known versions, minus the overlap; None: list in full."""
         oldest: datetime | None = None
-        for key, version in known.items():
-            if doc_id_of(key) not in known_by_repo([key], repo):
-                continue
+        for key in _repo_keys(known, repo):
             try:
-                moment = parse_time(revision_parts(version.revision).get("l"))
+                moment = parse_time(revision_parts(known[key].revision).get("l"))
             except ValueError:
                 return None
             if moment is None:
