@@ -6,7 +6,18 @@ extra ``base_url`` when set, else ``<schema or https>://<host>[:<port>]`` (a hos
 path; a base ending in ``/v1`` is not doubled); the key is the password, sent as ``Authorization:
 Bearer`` on the client of that one origin. Redirects are not followed (a 3xx is an error), so
 the key goes nowhere else; it is never logged, and error messages from the endpoint are scrubbed
-of it (OpenAI's 401 echoes part of a wrong key) and left out altogether for 401/403.
+of it, whole or in pieces of 8 characters and more, in any letter case, before they are cut to
+an excerpt (OpenAI's 401 echoes part of a wrong key; a proxy may echo the request's headers),
+and left out altogether for 401/403.
+
+**Address.** The endpoint's host is resolved and every address checked before a socket is
+opened, then the connection goes to a checked address (:mod:`include.pinned_http`: no DNS
+rebinding in between; no proxy from the environment, which would connect for us). Loopback and
+private networks are allowed (a TEI or Ollama next door); link-local and reserved ranges
+(169.254/16, fe80::/10, 100.64/10, fc00::/7) only with ``embedding.allow_private_networks``;
+cloud metadata addresses (169.254.169.254, fd00:ec2::254, Alibaba's 100.100.100.200) and
+non-unicast addresses never, as an error excerpt of theirs would land in the state database.
+A refused address is ``blocked_address``, not retried.
 
 **Requests**: ``{"model", "input": [...], "encoding_format": "float"}`` plus ``dimensions``
 when configured, ``batch_size`` texts each (OpenAI takes at most 2,048). Each request first takes
@@ -17,14 +28,19 @@ it); a 429 also pauses the whole origin's budget for its ``Retry-After``. Transi
 (backoff with jitter, the server's ``Retry-After`` honoured up to a cap, all attempts within a
 deadline of four request timeouts); what is still failing then is a retryable
 :class:`~plugins.embedders.base.EmbeddingError` (``unreachable``, ``rate_limited``,
-``server_error``): infrastructure, for the task's retries.
+``server_error``): infrastructure, for the task's retries. ``timeout_seconds`` is the deadline
+of each request as a whole (connect, send, headers and body: a body trickling a byte a second
+is cut there, not after each read's timeout), and of a whole :meth:`OpenAIEmbedder.embed_query`,
+retries included (``query_deadline_seconds`` to set another), so a search is not kept waiting.
 
 **Answers** are read with :func:`include.http_body.read_capped` (cap: room for the batch's
-vectors as JSON text) and parsed strictly: one ``data`` entry per input, placed by its
-``index``; every vector must have the configured dimension (or, when none is configured, the
-size most vectors of the first answer had) and finite values. Bad rows are collected over the whole call and
-raised together as a non-retryable error naming them (``bad_dimension``, ``not_finite``,
-``bad_response``, ``zero_vector``), so the engine fails those documents and the run goes on. A
+vectors as JSON text) and parsed strictly (:mod:`plugins.embedders._openai_answers`: nesting
+bounded before decoding): one ``data`` entry per input, placed by its ``index``; every vector
+must have the configured dimension (or, when none is configured, the size most vectors of the
+first answer had) and finite values within float range. Bad rows are collected over the whole
+call and raised together as a non-retryable error naming them (``bad_dimension``,
+``not_finite``, ``bad_response``, ``zero_vector``), so the engine fails those documents and the
+run goes on; an answer that is no JSON at all fails its request's rows as ``bad_response``. A
 400 for a batch (an input the endpoint refuses) is narrowed down by halving the batch until the
 refused texts are found (``refused``, with their rows). Vectors are normalised to unit length
 (OpenAI's are already; TEI and Ollama may not be).
@@ -40,13 +56,13 @@ still refuses comes back as a ``refused`` row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,21 +70,30 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
+from include.addresses import BlockedAddress, IPAddress, is_metadata, unmap, why_blocked
 from include.config import EmbeddingConfig
 from include.connections import ConnectionRecord
 from include.http_body import ACCEPT_ENCODING, BodyTooLarge, UndecodableBody, UnsupportedEncoding, read_capped
+from include.pinned_http import AddressCheck, RequestDeadline, guarded_transport
 from include.ratelimit import Rate, RateLimiter, RateLimitTimeout
 from include.retry import RetryPolicy, parse_retry_after
 from include.settings import get_settings
+from plugins.embedders._openai_answers import CallRows, bad_rows_error, decode_json, error_detail, place_answer
 from plugins.embedders.base import EmbeddedTexts, Embedder, EmbeddingError, Truncation
 from plugins.embedders.registry import provider_model_id, register_provider
 
-__all__ = ["Endpoint", "OpenAIEmbedder", "endpoint_of", "estimate_tokens", "truncate_estimated"]
+__all__ = [
+    "Endpoint",
+    "OpenAIEmbedder",
+    "endpoint_address_check",
+    "endpoint_of",
+    "estimate_tokens",
+    "truncate_estimated",
+]
 
 log = logging.getLogger(__name__)
 
 _MAX_RETRY_AFTER = 60.0
-_MAX_BISECT_REQUESTS = 64  # requests one call may spend finding the refused texts of 400s
 _BYTES_PER_FLOAT = 26  # "-1.2345678901234567e-05," is 24
 _DEFAULT_DIMENSIONS_GUESS = 3072  # the largest OpenAI model, for the body cap before a vector is seen
 # OpenAI's models' native sizes (https://platform.openai.com/docs/guides/embeddings)
@@ -107,6 +132,22 @@ def endpoint_of(conn: ConnectionRecord) -> Endpoint:
     return Endpoint(url=url, origin=origin, key=conn.password or None)
 
 
+def endpoint_address_check(allow_private_networks: bool) -> AddressCheck:
+    """The addresses an embeddings endpoint may have (see the module docstring); the check
+    raises BlockedAddress for the others."""
+
+    def check(host: str, ip: IPAddress) -> None:
+        plain = unmap(ip)
+        if is_metadata(plain):
+            raise BlockedAddress(host, str(ip), "cloud metadata address")
+        if plain.is_unspecified or plain.is_multicast or why_blocked(plain) == "non-unicast":
+            raise BlockedAddress(host, str(ip), "not a unicast address")
+        if why_blocked(plain) == "link-local/reserved/metadata" and not allow_private_networks:
+            raise BlockedAddress(host, str(ip), "link-local or reserved address (embedding.allow_private_networks)")
+
+    return check
+
+
 def estimate_tokens(text: str) -> float:
     """Tokens ``text`` is estimated to take (see the module docstring)."""
     ascii_chars = len(text) if text.isascii() else sum(char.isascii() for char in text)
@@ -136,19 +177,12 @@ class _Transient(Exception):
         self.retry_after = retry_after
 
 
-@dataclass(slots=True)
-class _Call:
-    """What one ``embed_documents`` call collects: vectors by row, bad rows by reason, and what
-    is left of its allowance of requests for narrowing down refusals."""
-
-    vectors: list[npt.NDArray[np.float32] | None]
-    bad: dict[str, list[int]] = field(default_factory=dict)
-    bisect_budget: int = _MAX_BISECT_REQUESTS
-    refusal: str = ""  # the endpoint's first refusal, for the error message
-
-
 class _Refused(Exception):
     """The endpoint refused the request's input (400/413/422): some text of it is to blame."""
+
+
+class _Unreadable(Exception):
+    """A 200 whose body is no JSON (or JSON nested past any answer's depth)."""
 
 
 class OpenAIEmbedder(Embedder):
@@ -159,9 +193,9 @@ class OpenAIEmbedder(Embedder):
         *,
         model_id: str,
         redis_url: str | None = None,
-        transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,  # between retries (tests record instead)
         max_attempts: int = 5,
+        query_deadline_seconds: float | None = None,  # a whole embed_query; default timeout_seconds
     ) -> None:
         self.config = config
         self.model = str(config.model)
@@ -174,9 +208,15 @@ class OpenAIEmbedder(Embedder):
         if endpoint.key:
             headers["Authorization"] = f"Bearer {endpoint.key}"
         timeout = httpx.Timeout(config.timeout_seconds, connect=min(10.0, config.timeout_seconds))
-        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport, follow_redirects=False)
+        self._request_deadline = RequestDeadline()
+        transport = guarded_transport(endpoint_address_check(config.allow_private_networks), self._request_deadline)
+        # trust_env=False: a proxy from the environment would connect for us, past the address check
+        self._http = httpx.Client(
+            headers=headers, timeout=timeout, transport=transport, follow_redirects=False, trust_env=False
+        )
         self._sleep = sleep
         self._deadline = 4 * config.timeout_seconds
+        self.query_deadline = query_deadline_seconds or config.timeout_seconds
         self.retries = RetryPolicy(
             "embeddings",
             retry_on=lambda exc: isinstance(exc, _Transient),
@@ -213,21 +253,25 @@ class OpenAIEmbedder(Embedder):
     # ---------------------------------------------------------------- the interface
 
     def embed_documents(self, texts: Sequence[str]) -> EmbeddedTexts:
-        sent, truncated = self._prepare(texts)
-        call = _Call([None] * len(sent))
-        for start in range(0, len(sent), self.batch_size):
-            self._embed_rows(sent, list(range(start, min(start + self.batch_size, len(sent)))), call)
-        if call.bad:
-            raise self._bad_rows_error(call)
-        done = [v for v in call.vectors if v is not None]  # every row, once no row is bad
-        matrix = np.vstack(done) if done else np.zeros((0, self._dimensions), dtype=np.float32)
-        return EmbeddedTexts(matrix.astype(np.float32, copy=False), truncated)
+        return self._embed(texts, math.inf)  # each request's attempts have their own deadline
 
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        vector: npt.NDArray[np.float32] = self.embed_documents([text]).vectors[0]
+        vector: npt.NDArray[np.float32] = self._embed([text], self.query_deadline).vectors[0]
         return vector
 
     # ---------------------------------------------------------------- steps
+
+    def _embed(self, texts: Sequence[str], seconds: float) -> EmbeddedTexts:
+        """Vectors of ``texts``, every request and retry of the call within ``seconds``."""
+        sent, truncated = self._prepare(texts)
+        call = CallRows([None] * len(sent), ends_at=time.monotonic() + seconds)
+        for start in range(0, len(sent), self.batch_size):
+            self._embed_rows(sent, list(range(start, min(start + self.batch_size, len(sent)))), call)
+        if call.bad:
+            raise bad_rows_error(call, self._dimensions, f"{self.endpoint.url} ({self.model})")
+        done = [v for v in call.vectors if v is not None]  # every row, once no row is bad
+        matrix = np.vstack(done) if done else np.zeros((0, self._dimensions), dtype=np.float32)
+        return EmbeddedTexts(matrix.astype(np.float32, copy=False), truncated)
 
     def _prepare(self, texts: Sequence[str]) -> tuple[list[str], list[Truncation]]:
         empty = [row for row, text in enumerate(texts) if not text.strip()]
@@ -244,10 +288,10 @@ class OpenAIEmbedder(Embedder):
             sent.append(kept)
         return sent, truncated
 
-    def _embed_rows(self, texts: list[str], rows: list[int], call: _Call) -> None:
+    def _embed_rows(self, texts: list[str], rows: list[int], call: CallRows) -> None:
         """Embed ``rows`` of ``texts`` into ``vectors``; a refused batch is halved to find its culprits."""
         try:
-            answer = self._request([texts[r] for r in rows])
+            answer = self._request([texts[r] for r in rows], call.ends_at)
         except _Refused as exc:
             if len(rows) == 1 or call.bisect_budget <= 0:
                 log.info("embeddings: %d text(s) refused: %s", len(rows), exc)
@@ -259,36 +303,56 @@ class OpenAIEmbedder(Embedder):
             self._embed_rows(texts, rows[:half], call)
             self._embed_rows(texts, rows[half:], call)
             return
-        self._place(answer, rows, call)
+        except _Unreadable as exc:  # no JSON at all: every row of this request
+            log.info("embeddings: %d text(s) got an unreadable answer: %s", len(rows), exc)
+            call.bad.setdefault("bad_response", []).extend(rows)
+            return
+        self._dimensions = place_answer(answer, rows, call, self._dimensions, self.endpoint.url)
 
-    def _request(self, inputs: list[str]) -> Any:
+    def _request(self, inputs: list[str], ends_at: float) -> Any:
         body: dict[str, Any] = {"model": self.model, "input": inputs, "encoding_format": "float"}
         if self.config.dimensions is not None:
             body["dimensions"] = self.config.dimensions
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         cap = 65536 + len(inputs) * (self._dimensions or _DEFAULT_DIMENSIONS_GUESS) * _BYTES_PER_FLOAT
+        # the attempts' deadline: four request timeouts, or what is left of a query's own
+        ends_at = min(ends_at, time.monotonic() + self._deadline)
+        policy = dataclasses.replace(self.retries, deadline=lambda: ends_at - time.monotonic())
         try:
-            for attempt in self.retries.retrying(sleep=self._sleep):
+            for attempt in policy.retrying(sleep=self._sleep):
                 with attempt:
-                    return self._send(payload, cap)
+                    return self._send(payload, cap, ends_at)
         except _Transient as exc:
             raise EmbeddingError(exc.reason, f"{self.endpoint.url}: {exc} (after retries)", retryable=True) from None
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
-    def _send(self, payload: bytes, cap: int) -> Any:
-        self._take_budget()
+    def _send(self, payload: bytes, cap: int, ends_at: float) -> Any:
+        self._take_budget(ends_at)
         self.stats["requests"] += 1
+        # one deadline for the whole request (waiting for the budget above is our own pacing)
+        seconds = min(self.config.timeout_seconds, ends_at - time.monotonic())
         try:
-            with self._http.stream("POST", self.endpoint.url, content=payload) as response:
+            with (
+                self._request_deadline.within(seconds),
+                self._http.stream("POST", self.endpoint.url, content=payload) as response,
+            ):
                 status = response.status_code
                 retry_after = response.headers.get("retry-after")
                 body = read_capped(response, cap) if status < 300 else self._error_body(response)
-        except httpx.TransportError as exc:  # connect, read, timeouts
+        except httpx.TimeoutException as exc:
+            what = f"{type(exc).__name__}: no complete answer from {self.endpoint.origin}"
+            raise _Transient("unreachable", f"{what} within the request's deadline ({seconds:.3g} s)") from None
+        except httpx.TransportError as exc:  # connect, read
             raise _Transient("unreachable", f"{type(exc).__name__} talking to {self.endpoint.origin}") from None
         except (BodyTooLarge, UnsupportedEncoding, UndecodableBody) as exc:
             raise EmbeddingError("bad_response", f"{self.endpoint.url}: {exc}", retryable=False) from None
+        except BlockedAddress as exc:
+            raise EmbeddingError("blocked_address", f"{self.endpoint.url}: {exc}", retryable=False) from None
         if status == 200:
-            return self._json(body)
+            try:
+                return decode_json(body)
+            except ValueError as exc:
+                raise _Unreadable(f"answer is not JSON: {str(exc)[:200]}") from None
         return self._fail(status, body, retry_after)
 
     @staticmethod
@@ -298,15 +362,15 @@ class OpenAIEmbedder(Embedder):
         except (BodyTooLarge, UnsupportedEncoding, UndecodableBody):
             return b""  # the status says what matters; an unreadable error body adds nothing
 
-    def _take_budget(self) -> None:
+    def _take_budget(self, ends_at: float) -> None:
         try:
             # real sleeps: the budget is shared with other workers on the real clock
-            self.limiter.acquire(self._budget_key, self._rates, max_wait=self._deadline)
+            self.limiter.acquire(self._budget_key, self._rates, max_wait=max(0.0, ends_at - time.monotonic()))
         except RateLimitTimeout as exc:
             raise EmbeddingError("rate_limited", f"{self.endpoint.origin}: {exc}", retryable=True) from None
 
     def _fail(self, status: int, body: bytes, retry_after: str | None) -> Any:
-        detail = self._error_message(body) if status not in (401, 403) else ""
+        detail = error_detail(body, self.endpoint.key) if status not in (401, 403) else ""
         where = f"HTTP {status} from {self.endpoint.url}" + (f": {detail}" if detail else "")
         if status == 429:
             hint = parse_retry_after(retry_after, cap=_MAX_RETRY_AFTER)
@@ -320,78 +384,6 @@ class OpenAIEmbedder(Embedder):
             status, "redirected" if status < 400 else "refused"
         )
         raise EmbeddingError(reason, where, retryable=False)
-
-    def _error_message(self, body: bytes) -> str:
-        """The ``error.message`` of an OpenAI error body (else the start of the body), key scrubbed."""
-        try:
-            message = str(json.loads(body)["error"]["message"])
-        except (ValueError, KeyError, TypeError):
-            message = body[:300].decode("utf-8", "replace")
-        if self.endpoint.key:
-            message = message.replace(self.endpoint.key, "***")
-        return message[:300]
-
-    @staticmethod
-    def _json(body: bytes) -> Any:
-        try:
-            return json.loads(body)
-        except ValueError as exc:
-            raise EmbeddingError("bad_response", f"answer is not JSON: {exc}", retryable=False) from None
-
-    # ---------------------------------------------------------------- answers
-
-    def _place(self, answer: Any, rows: list[int], call: _Call) -> None:
-        """Check every vector of one answer and put it at its row (by ``data[i].index``)."""
-        data = answer.get("data") if isinstance(answer, dict) else None
-        entries = [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
-        indices = sorted(i for item in entries if isinstance(i := item.get("index"), int) and not isinstance(i, bool))
-        if not isinstance(data, list) or len(entries) != len(data) or indices != list(range(len(rows))):
-            raise EmbeddingError(
-                "bad_response",
-                f"{self.endpoint.url}: expected one data entry per input with indices 0..{len(rows) - 1}",
-                retryable=False,
-                rows=rows,
-            )
-        if not self._dimensions:  # nothing configured or seen yet: the size most vectors of this answer have
-            sizes = Counter(len(item["embedding"]) for item in entries if isinstance(item.get("embedding"), list))
-            self._dimensions = sizes.most_common(1)[0][0] if sizes else 0
-        for item in data:
-            row = rows[item["index"]]
-            vector, reason = self._vector(item.get("embedding"))
-            if reason:
-                call.bad.setdefault(reason, []).append(row)
-            else:
-                call.vectors[row] = vector
-
-    def _vector(self, raw: Any) -> tuple[npt.NDArray[np.float32] | None, str | None]:
-        if not isinstance(raw, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
-            return None, "bad_response"
-        vector = np.asarray(raw, dtype=np.float64)
-        if vector.size != self._dimensions:
-            return None, "bad_dimension"
-        if not np.isfinite(vector).all():
-            return None, "not_finite"
-        norm = float(np.linalg.norm(vector))
-        if norm == 0.0 or not math.isfinite(norm):
-            return None, "zero_vector"
-        return (vector / norm).astype(np.float32), None
-
-    def _bad_rows_error(self, call: _Call) -> EmbeddingError:
-        bad = call.bad
-        order = ("bad_dimension", "not_finite", "zero_vector", "bad_response", "refused")
-        reasons = [r for r in order if r in bad]
-        rows = sorted({row for r in reasons for row in bad[r]})
-        what = {
-            "bad_dimension": f"vectors not of {self._dimensions} dimensions",
-            "not_finite": "vectors with NaN or infinite values",
-            "zero_vector": "all-zero vectors",
-            "bad_response": "entries that are not a list of numbers",
-            "refused": "texts the endpoint refused (HTTP 400)",
-        }
-        message = "; ".join(f"{what[r]} at rows {sorted(bad[r])}" for r in reasons)
-        if "refused" in bad:
-            message += f" ({call.refusal})"
-        return EmbeddingError(reasons[0], f"{self.endpoint.url} ({self.model}): {message}", retryable=False, rows=rows)
 
 
 @register_provider("openai")

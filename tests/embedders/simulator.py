@@ -22,8 +22,12 @@ The simulator's "tokens" are its words and CJK characters (not tiktoken's), enou
 
 Faults, queued with :meth:`EmbeddingSimulator.fault` (each served to the next request(s)):
 ``429`` (with ``Retry-After``), ``500``/``503``, ``wrong_dimension`` / ``nan`` / ``infinity`` /
-``not_normalised`` (on chosen rows of the input), ``shuffled`` (data in reverse order, indices
-right), ``slow`` (sleeps before answering), ``redirect`` (a 307 to another URL). Every request is
+``not_normalised`` / ``huge_integer`` (a 400-digit integer as the first value; on chosen rows of
+the input), ``shuffled`` (data in reverse order, indices right), ``slow`` (sleeps before
+answering), ``trickle`` (the answer one byte per ``seconds``), ``redirect`` (a 307 to another
+URL), ``raw`` (``status`` and ``body`` as given: non-JSON errors, JSON nested 20,000 deep). A
+fault with ``when`` is served only to a request one of whose inputs contains that text (and
+corrupts those inputs' rows), so a test aims it at one document of a run. Every request is
 recorded (:attr:`EmbeddingSimulator.requests`: body and Authorization header).
 """
 
@@ -36,12 +40,15 @@ import itertools
 import json
 import re
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from tests.support.leakscan import register_secret
 
 __all__ = ["EmbeddingSimulator", "Fault", "bag_of_words_vector"]
 
@@ -75,8 +82,16 @@ class Fault:
     times: int = 1
     rows: tuple[int, ...] = (0,)
     retry_after: str | None = "1"
-    seconds: float = 0.0  # slow
+    seconds: float = 0.0  # slow, trickle
     location: str = ""  # redirect
+    when: str = ""  # served only to a request with an input containing this
+    status: int = 200  # raw
+    body: bytes = b""  # raw
+    media_type: str = "text/plain"  # raw
+
+    def rows_of(self, inputs: list[str]) -> tuple[int, ...]:
+        """The rows this fault corrupts in a request of ``inputs``."""
+        return tuple(r for r, text in enumerate(inputs) if self.when in text) if self.when else self.rows
 
 
 @dataclass
@@ -88,6 +103,7 @@ class EmbeddingSimulator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        register_secret("embeddings_api_key", self.api_key)  # the session's leak scan looks for it
         self.app = FastAPI()
         self.app.post("/v1/embeddings")(self._embeddings)
 
@@ -95,14 +111,14 @@ class EmbeddingSimulator:
         with self._lock:
             self._faults.append(Fault(kind, **kw))
 
-    def _next_fault(self) -> Fault | None:
+    def _next_fault(self, inputs: list[str]) -> Fault | None:
         with self._lock:
-            if not self._faults:
+            fault = next((f for f in self._faults if not f.when or any(f.when in t for t in inputs)), None)
+            if fault is None:
                 return None
-            fault = self._faults[0]
             fault.times -= 1
             if fault.times <= 0:
-                self._faults.pop(0)
+                self._faults.remove(fault)
             return fault
 
     @staticmethod
@@ -147,7 +163,8 @@ class EmbeddingSimulator:
         self.requests.append({"body": body, "authorization": request.headers.get("authorization")})
         if (refused := self._auth(request.headers.get("authorization"))) is not None:
             return refused
-        fault = self._next_fault()
+        raw = body.get("input") if isinstance(body, dict) else None
+        fault = self._next_fault([raw] if isinstance(raw, str) else [t for t in raw or () if isinstance(t, str)])
         if fault is not None and (early := self._early_fault(fault)) is not None:
             return early
         if fault is not None and fault.kind == "slow":
@@ -158,10 +175,19 @@ class EmbeddingSimulator:
         inputs, dimensions = checked
         vectors = [bag_of_words_vector(text, dimensions) for text in inputs]
         if fault is not None:
-            self._corrupt(fault, vectors)
+            self._corrupt(fault, inputs, vectors)
         # json.dumps writes NaN / Infinity literals (as a broken server's Python would); Starlette's
         # JSONResponse refuses them
-        return Response(json.dumps(self._answer(body, vectors, fault)), media_type="application/json")
+        answer = json.dumps(self._answer(body, inputs, vectors, fault)).encode()
+        if fault is not None and fault.kind == "trickle":
+            return StreamingResponse(self._drip(answer, fault.seconds), media_type="application/json")
+        return Response(answer, media_type="application/json")
+
+    @staticmethod
+    async def _drip(answer: bytes, seconds: float) -> AsyncIterator[bytes]:
+        for at in range(len(answer)):
+            yield answer[at : at + 1]
+            await asyncio.sleep(seconds)
 
     def _early_fault(self, fault: Fault) -> Response | None:
         if fault.kind == "429":
@@ -173,6 +199,8 @@ class EmbeddingSimulator:
             return self.error(int(fault.kind), "The server had an error while processing your request.", "server_error")
         if fault.kind == "redirect":
             return Response(status_code=307, headers={"location": fault.location})
+        if fault.kind == "raw":
+            return Response(fault.body, status_code=fault.status, media_type=fault.media_type)
         return None
 
     def _check(self, body: Any) -> tuple[list[str], int] | JSONResponse:
@@ -220,8 +248,8 @@ class EmbeddingSimulator:
         return inputs, dimensions
 
     @staticmethod
-    def _corrupt(fault: Fault, vectors: list[np.ndarray]) -> None:
-        for row in fault.rows:
+    def _corrupt(fault: Fault, inputs: list[str], vectors: list[np.ndarray]) -> None:
+        for row in fault.rows_of(inputs):
             if row >= len(vectors):
                 continue
             if fault.kind == "wrong_dimension":
@@ -236,18 +264,23 @@ class EmbeddingSimulator:
                 vectors[row] = vectors[row] * 3.0
 
     @staticmethod
-    def _answer(body: dict[str, Any], vectors: list[np.ndarray], fault: Fault | None) -> dict[str, Any]:
+    def _answer(
+        body: dict[str, Any], inputs: list[str], vectors: list[np.ndarray], fault: Fault | None
+    ) -> dict[str, Any]:
         as_base64 = body.get("encoding_format") == "base64"
+        huge = fault.rows_of(inputs) if fault is not None and fault.kind == "huge_integer" else ()
         data = []
         for index, vector in enumerate(vectors):
             if as_base64:
                 embedding: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
             else:
                 embedding = [float(v) for v in vector]
+                if index in huge:  # valid JSON, but no float holds it
+                    embedding[0] = 10**400
             data.append({"object": "embedding", "index": index, "embedding": embedding})
         if fault is not None and fault.kind == "shuffled":
             data.reverse()
-        tokens = sum(len(_tokens(t)) for t in ([body["input"]] if isinstance(body["input"], str) else body["input"]))
+        tokens = sum(len(_tokens(t)) for t in inputs)
         return {
             "object": "list",
             "data": data,

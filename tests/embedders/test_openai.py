@@ -11,8 +11,9 @@ import pytest
 
 from include.connections import ConnectionRecord
 from include.ratelimit import Rate
+from plugins.embedders._openai_answers import CallRows, place_answer
 from plugins.embedders.base import EmbeddingError
-from plugins.embedders.openai import OpenAIEmbedder, _Call, endpoint_of, estimate_tokens, truncate_estimated
+from plugins.embedders.openai import OpenAIEmbedder, endpoint_of, estimate_tokens, truncate_estimated
 from tests.embedders.simulator import EmbeddingSimulator, bag_of_words_vector
 from tests.support.server import free_port, serve_asgi
 
@@ -268,18 +269,15 @@ def test_dimensions_known_or_asked_once(sim: EmbeddingSimulator, make_embedder: 
         ["not", "an", "object"],
     ],
 )
-def test_malformed_answers_are_bad_responses(make_embedder: MakeEmbedder, answer: object) -> None:
-    embedder = make_embedder(model="m", dimensions=1)
+def test_malformed_answers_are_bad_responses(answer: object) -> None:
     with pytest.raises(EmbeddingError) as caught:
-        embedder._place(answer, [0, 1], _Call([None, None]))
+        place_answer(answer, [0, 1], CallRows([None, None]), 1, "http://127.0.0.1:9/v1/embeddings")
     assert (caught.value.reason, caught.value.retryable, caught.value.rows) == ("bad_response", False, [0, 1])
 
 
-def test_a_vector_of_strings_fails_its_row(make_embedder: MakeEmbedder) -> None:
-    embedder = make_embedder(model="m", dimensions=2)
-    call = _Call([None, None])
-    embedder._place(
-        {"data": [{"index": 1, "embedding": ["a", "b"]}, {"index": 0, "embedding": [3.0, 4.0]}]}, [0, 1], call
-    )
+def test_a_vector_of_strings_fails_its_row() -> None:
+    call = CallRows([None, None])
+    answer = {"data": [{"index": 1, "embedding": ["a", "b"]}, {"index": 0, "embedding": [3.0, 4.0]}]}
+    assert place_answer(answer, [0, 1], call, 2, "http://127.0.0.1:9/v1/embeddings") == 2
     assert call.bad == {"bad_response": [1]}
     np.testing.assert_allclose(call.vectors[0], [0.6, 0.8])
