@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -150,14 +151,19 @@ class _GuardedBackend(httpcore.NetworkBackend):
 
 
 def guarded_transport(
-    check: AddressCheck, deadline: RequestDeadline, *, limits: httpx.Limits | None = None
+    check: AddressCheck,
+    deadline: RequestDeadline,
+    *,
+    limits: httpx.Limits | None = None,
+    verify: ssl.SSLContext | bool = True,
 ) -> httpx.HTTPTransport:
     """An httpx transport whose every connection is checked and pinned and whose every request
-    ends by ``deadline`` (see the module docstring); TLS verified against certifi's CAs."""
+    ends by ``deadline`` (see the module docstring); ``verify``: certifi's CAs, or a context
+    trusting another CA."""
     limits = limits or httpx.Limits()
     transport = httpx.HTTPTransport(limits=limits)
     transport._pool = httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(),
+        ssl_context=httpx.create_ssl_context(verify=verify),
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,

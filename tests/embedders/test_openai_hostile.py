@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
+from include.addresses import IPAddress
 from include.config import EmbeddingConfig, SourceConfig
 from include.connections import ConnectionRecord
 from include.index import open_index
+from include.pinned_http import RequestDeadline, guarded_transport
 from include.redact import redact_secret
 from include.stores import open_state_store
 from plugins.embedders.base import EmbeddingError
@@ -29,6 +32,8 @@ from plugins.embedders.openai import OpenAIEmbedder, endpoint_of
 from plugins.embedders.registry import provider_model_id
 from plugins.engine import run_pipeline
 from tests.embedders.simulator import EmbeddingSimulator, bag_of_words_vector
+from tests.support.server import serve_asgi
+from tests.web.tls import self_signed
 
 MakeEmbedder = Callable[..., OpenAIEmbedder]
 # every 8 characters of it distinctive: no run of the state database matches one by chance
@@ -315,3 +320,17 @@ def test_the_checked_address_is_the_one_connected_to(
     assert make_embedder(connection=conn, dimensions=64).embed_documents(["a text"]).vectors.shape == (1, 64)
     assert connected == [("127.0.0.1", port)]
     assert sim.requests[0]["authorization"] == f"Bearer {KEY}"
+
+
+def test_https_through_the_pinned_transport_checks_and_verifies(sim: EmbeddingSimulator, tmp_path: Path) -> None:
+    cert = self_signed("127.0.0.1", tmp_path)
+    checked: list[tuple[str, IPAddress]] = []
+    transport = guarded_transport(
+        lambda host, ip: checked.append((host, ip)), RequestDeadline(), verify=cert.client_context()
+    )
+    tls = {"ssl_certfile": str(cert.certfile), "ssl_keyfile": str(cert.keyfile)}
+    with serve_asgi(sim.app, **tls) as url, httpx.Client(transport=transport) as client:
+        body = {"model": "text-embedding-3-small", "input": ["a text"], "dimensions": 8}
+        answer = client.post(f"{url}/v1/embeddings", json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert answer.status_code == 200 and len(answer.json()["data"][0]["embedding"]) == 8
+    assert [str(ip) for _, ip in checked] == ["127.0.0.1"]  # checked once, then connected to
