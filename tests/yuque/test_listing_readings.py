@@ -78,9 +78,9 @@ def test_a_draft_does_not_make_every_run_list_in_full(sim, yuque_conn, tributary
 
 
 def test_docs_moved_between_repos_without_a_timestamp_are_never_dropped(sim, yuque_conn, tributary_home):
-    # before: the doc that left repo "z" was deleted (the full listing of "z" lacked it, the
-    # incremental listing of "x", whose count still matched, never showed it), and stayed
-    # out of the index: searchable after the move [True, False, False] for movedinx
+    # before: the doc that entered x was deleted in the run after the move (z's full listing
+    # lacked it; x's incremental listing, its count unchanged, did not show it) and came back a
+    # run later as a new document: deletions per run [1, 0], "movedinx" found [False, True]
     x = sim.add_repo("alice", "x", "甲")
     y = sim.add_repo("alice", "y", "乙")
     z = sim.add_repo("alice", "z", "丙")
@@ -111,7 +111,8 @@ def test_every_reading_of_changed_at_gte_sees_edits_and_deletes_only_on_full_lis
     sim, yuque_conn, tributary_home, field
 ):
     # before: an edit moving only the timestamp the filter does not read was never picked up
-    # (0 of 2 runs), and a tombstoned doc was deleted in a run that listed incrementally
+    # (no run after the first listed in full), and a tombstoned doc was deleted in a run that
+    # listed both repos incrementally (incremental_repos 2)
     every = 2
     sim.changed_at_field = field
     sim.sheet_autosave_moves = "content"  # the autosave moves content_updated_at alone
@@ -156,8 +157,8 @@ def test_every_reading_of_changed_at_gte_sees_edits_and_deletes_only_on_full_lis
 
 
 def test_full_listing_every_is_honoured_per_repo(sim, yuque_conn, tributary_home):
-    # before: the option did not exist (refused as unknown); without it, runs after the first
-    # listed incrementally forever: full listings per run [1, 0, 0, 0, 0] for each repo
+    # before: the option did not exist (refused as unknown); without it, full listings per
+    # run were a: [1, 0, 0, 0, 0] (never again) and b: [1, 0, 1, 1, 1] (the draft, every run)
     a = sim.add_repo("alice", "a", "甲")
     b = sim.add_repo("alice", "b", "乙")
     sim.add_doc(a, "甲", body="正文 ax。")

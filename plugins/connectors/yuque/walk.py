@@ -37,7 +37,7 @@ docs": drafts?), so the listing is built to be right under every reading:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -93,21 +93,15 @@ class Walk:
         self.incomplete_reasons.append(reason)
 
 
-def known_by_repo(known: Iterable[str], repo: Repo) -> set[int]:
-    """Doc ids of the known keys that belong to ``repo`` (current or legacy key form)."""
-    out: set[int] = set()
-    for key in known:
-        book, doc = book_id_of(key), doc_id_of(key)
-        if doc is None:
+def group_known(known: Mapping[str, VersionEvidence]) -> dict[int | str, dict[str, VersionEvidence]]:
+    """Known versions by repo: its book id (current keys) or namespace (legacy keys), one pass."""
+    groups: dict[int | str, dict[str, VersionEvidence]] = {}
+    for key, version in known.items():
+        if doc_id_of(key) is None:
             continue
-        if book == repo.id or (book is None and key.rpartition("/")[0] == repo.namespace):
-            out.add(doc)
-    return out
-
-
-def _repo_keys(known: Iterable[str], repo: Repo) -> list[str]:
-    """The known keys of ``repo``'s docs (current or legacy key form)."""
-    return [key for key in known if known_by_repo([key], repo)]
+        book = book_id_of(key)
+        groups.setdefault(book if book is not None else key.rpartition("/")[0], {})[key] = version
+    return groups
 
 
 class Walker:
@@ -128,8 +122,10 @@ class Walker:
         """Every repo listed (incrementally where allowed), then in full wherever a deletion
         would otherwise be decided on an incremental listing."""
         walk = Walk()
+        groups = group_known(known)
         for repo in self.repos(walk):
-            self.list_repo(repo, walk, known, incremental=incremental)
+            repo_known = {**groups.get(repo.id, {}), **groups.get(repo.namespace, {})}
+            self.list_repo(repo, walk, repo_known, incremental=incremental)
         if walk.incremental_repos and (doubt := self._doubt(walk, known)) is not None:
             self._relist_in_full(walk, doubt)
         return walk
@@ -178,11 +174,12 @@ class Walker:
     # ------------------------------------------------------------------ docs
 
     def list_repo(self, repo: Repo, walk: Walk, known: dict[str, VersionEvidence], *, incremental: bool) -> None:
-        entry = RepoDocs(repo, known_ids=known_by_repo(known, repo))
+        """List one repo; ``known``: the stored versions of its docs."""
+        entry = RepoDocs(repo, known_ids={i for k in known if (i := doc_id_of(k)) is not None})
         try:
             deleted_listing = entry.known_ids and self.options.get("deleted_listing", True)
             entry.tombstones = self._tombstones(repo) if deleted_listing else []
-            entry.previous = repo_cursor(known[k].revision for k in _repo_keys(known, repo))
+            entry.previous = repo_cursor(v.revision for v in known.values())
             since = self._incremental_since(entry, walk, known) if incremental else None
             if since is None or not self._incremental(entry, walk, since):
                 self._full(entry, walk)
@@ -207,7 +204,7 @@ class Walker:
         if previous.since_full + 1 >= self.full_listing_every:
             walk.full_reasons[ns] = f"due: {previous.since_full} incremental listings since the last full one"
             return None
-        since = self._watermark(known, entry.repo)
+        since = self._watermark(known)
         if since is None:
             walk.full_reasons[ns] = "a stored version no listing vouched for"
         return since
@@ -304,12 +301,12 @@ class Walker:
             docs.append(doc)
         return docs
 
-    def _watermark(self, known: dict[str, VersionEvidence], repo: Repo) -> datetime | None:
+    def _watermark(self, known: dict[str, VersionEvidence]) -> datetime | None:
         """The oldest ``l=`` of the repo's known versions, minus the overlap; None: list in full."""
         oldest: datetime | None = None
-        for key in _repo_keys(known, repo):
+        for version in known.values():
             try:
-                moment = parse_time(revision_parts(known[key].revision).get("l"))
+                moment = parse_time(revision_parts(version.revision).get("l"))
             except ValueError:
                 return None
             if moment is None:
