@@ -7,8 +7,10 @@ every vector, keys the vector cache and is part of the processing hash, so chang
 re-embeds once.
 
 Errors are typed (:class:`EmbeddingError`): ``retryable`` ones (an unreachable endpoint, 429s
-past the retry budget, 5xx) are infrastructure errors the task's retries handle; the others
-(a wrong dimension, NaN, a refused input) fail the documents whose texts caused them.
+past the retry budget, 5xx) are infrastructure errors the task's retries handle; errors about
+the endpoint itself (:data:`ENDPOINT_REASONS`: its address refused, the key refused, no such
+model or URL) fail the run too, as no text is to blame; the others (a wrong dimension, NaN, a
+refused input) fail the documents whose texts caused them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EmbeddedTexts", "Embedder", "EmbeddingError", "Truncation"]
+__all__ = ["ENDPOINT_REASONS", "EmbeddedTexts", "Embedder", "EmbeddingError", "Truncation"]
+
+# Reasons that are the endpoint's configuration, whatever the texts: failing every document for
+# them would only hide the error (and in time quarantine the documents).
+ENDPOINT_REASONS = frozenset({"blocked_address", "unauthorized", "not_found", "redirected"})
 
 
 class EmbeddingError(RuntimeError):
@@ -31,6 +37,11 @@ class EmbeddingError(RuntimeError):
         self.reason = reason
         self.retryable = retryable
         self.rows = list(rows)  # which texts of the call are to blame (empty: the whole call)
+
+    @property
+    def about_endpoint(self) -> bool:
+        """The endpoint's configuration failed, not any text of the call."""
+        return self.reason in ENDPOINT_REASONS
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,8 @@ call), checks every row (dimension, finite values) and stages one vector file pe
 Failures follow the engine's rule: a text the model refuses or answers badly (wrong dimension,
 NaN) fails the documents holding it, reason ``embed:<reason>``, and the batch goes on; a
 retryable :class:`~plugins.embedders.base.EmbeddingError` (the endpoint unreachable, rate
-limited past its retries) raises, so the task fails and Airflow retries it.
+limited past its retries) raises, so the task fails and Airflow retries it; so does one about
+the endpoint itself (``about_endpoint``: its address or key refused), which no document caused.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str]
             result = embedder.embed_documents([texts[i] for i in pending])
             bad = _bad_rows(result, len(pending), found.dimensions)
         except EmbeddingError as exc:
-            if exc.retryable:
+            if exc.retryable or exc.about_endpoint:
                 raise
             rows = [r for r in exc.rows if 0 <= r < len(pending)] or list(range(len(pending)))
             bad = dict.fromkeys(rows, (exc.reason, str(exc)))

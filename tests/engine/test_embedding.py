@@ -52,6 +52,8 @@ class HashEmbedder(Embedder):
         self.calls.append(list(texts))
         if any("OFFLINE" in t for t in texts):
             raise EmbeddingError("unreachable", "endpoint 127.0.0.1:9 refused the connection", retryable=True)
+        if any("METADATA" in t for t in texts):
+            raise EmbeddingError("blocked_address", "refusing to connect to 169.254.169.254", retryable=False)
         broken = [i for i, t in enumerate(texts) if "BROKEN" in t]
         if broken:
             raise EmbeddingError("dimension", "answered 7 dimensions", retryable=False, rows=broken)
@@ -188,6 +190,22 @@ def test_an_unreachable_endpoint_fails_the_task_not_the_documents(tributary_home
         assert run["status"] == "failed" and "EmbeddingError" in run["error"]
         assert store.items("files:emb") == {}  # nothing committed: no document marked failed
         assert store.run_items(run["run_id"]) == []
+    finally:
+        store.close()
+
+
+def test_a_refused_endpoint_fails_the_run_not_the_documents(tributary_home: Path, notes: Path) -> None:
+    # no text is to blame for the endpoint's address: failing (and in time quarantining) every
+    # document would hide a configuration error behind item failures
+    _write(notes / "note2.md", _note(2, marker=" METADATA"))
+    src = _source(notes)
+    with pytest.raises(EmbeddingError, match="refusing to connect"):
+        run_pipeline(src, {}, embedder_factory=lambda: HashEmbedder(_model(src)))
+    store = open_state_store()
+    try:
+        run = store.runs("files:emb", limit=1)[0]
+        assert run["status"] == "failed" and "169.254.169.254" in run["error"]
+        assert store.run_items(run["run_id"]) == [] and store.items("files:emb") == {}
     finally:
         store.close()
 
