@@ -15,6 +15,7 @@ import pytest
 
 from include.index import open_index
 from include.stores import open_state_store
+from plugins.connectors.yuque.versions import RepoCursor, fingerprint, repo_cursor, with_listed_at
 from plugins.engine import run_pipeline
 from tests.yuque.conftest import yuque_source
 
@@ -176,3 +177,14 @@ def test_full_listing_every_is_honoured_per_repo(sim, yuque_conn, tributary_home
             seen.append("full" if _full_listings(sim, ns) else "incremental")
     assert modes[a.namespace] == ["full", "incremental", "full", "incremental", "full"]
     assert modes[b.namespace] == ["full", "full", "incremental", "full", "incremental"]
+
+
+def test_repo_cursor_is_read_from_the_latest_listing():
+    # the versions a listing stamped last carry the repo's cursor; a doc whose fetch failed
+    # keeps an older stamp and is not asked; unstamped or disagreeing stamps mean "list in full"
+    older = fingerprint("2026-01-05T08:00:00.000Z", "alice/kb", "a", [], "2026-01-05T09:00:00.000Z", RepoCursor(5, 1))
+    newer = with_listed_at(older, "2026-01-05T10:00:00.000Z", RepoCursor(6, 1))
+    assert repo_cursor([older, newer, newer]) == RepoCursor(6, 1)
+    assert repo_cursor([with_listed_at(older, "2026-01-05T10:00:00.000Z")]) is None  # no n=/e=
+    assert repo_cursor([newer, with_listed_at(older, "2026-01-05T10:00:00.000Z", RepoCursor(0, 0))]) is None
+    assert repo_cursor([]) is None
