@@ -47,6 +47,7 @@ from pydantic import ValidationError
 from include.config import EngineOptions, SourceConfig
 from include.contract import Change, RawDocument, VersionEvidence
 from include.loading import load_class
+from include.staging import StagedFile
 
 __all__ = [
     "Connector",
@@ -105,6 +106,9 @@ class DiscoveryRequest:
     # one of ``Connector.partitions()``: discover only that part of the source. The Discovery's
     # ``complete`` and ``all_keys`` then speak for that part alone (the engine merges the parts).
     partition: str | None = None
+    # (bytes) -> staged file: where a partition's discovery spills a list too long to hold in
+    # memory (its hand-offs, ``include/handoffs.py``); None outside a partitioned discovery
+    spill: Callable[[bytes], StagedFile] | None = None
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from include.config import SourceConfig
 from include.contract import ChangeKind
+from include.handoffs import Spill
 from include.index import open_index
 from include.settings import get_settings
 from include.staging import StagingArea
@@ -35,7 +36,15 @@ from plugins.engine.plan_rules import (
 from plugins.engine.records import RunPlan
 from plugins.parsers.registry import check_engines
 
-__all__ = ["Asked", "Asker", "discover_stage", "open_connector", "processing_versions"]
+__all__ = [
+    "Asked",
+    "Asker",
+    "ask_connector",
+    "canonical_keys",
+    "discover_stage",
+    "open_connector",
+    "processing_versions",
+]
 
 
 def processing_versions(source: SourceConfig) -> dict[str, Any]:
@@ -54,7 +63,7 @@ def open_connector(ctx: RunContext) -> Connector:
     return cls(ctx.source, ConnectorContext(redis_url=get_settings().redis_url, run_id=ctx.run_id, log=log))
 
 
-def _canonical_keys(connector: Connector, keys: list[str] | None) -> list[str] | None:
+def canonical_keys(connector: Connector, keys: list[str] | None) -> list[str] | None:
     """``only_keys`` in the connector's canonical form, first spelling first, duplicates dropped.
 
     Every entry point (trigger form and REST conf through the DAG's params, the CLI's
@@ -107,19 +116,21 @@ class Asked(NamedTuple):
 Asker = Callable[[RunContext, StagingArea, dict[str, ItemState], str], Asked]
 
 
-def _discover(
+def ask_connector(
     ctx: RunContext,
     staging: StagingArea,
     states: dict[str, ItemState],
     processing: str,
     partition: str | None = None,
+    spill: Spill | None = None,
 ) -> Asked:
-    """Ask the connector what changed (in ``partition`` only, when given)."""
+    """Ask the connector what changed (in ``partition`` only, when given; ``spill`` stages the
+    lists that partition's discovery cannot hold in memory)."""
     params, source = ctx.params, ctx.source
     with open_connector(ctx) as connector:
         # Before anything compares them with stored state: a key spelled differently from the
         # connector's own keys would otherwise be fetched and indexed as a second document.
-        params.only_keys = _canonical_keys(connector, params.only_keys)
+        params.only_keys = canonical_keys(connector, params.only_keys)
         known, forced = forced_items(params, states, processing)
         request = DiscoveryRequest(
             known=known,
@@ -131,6 +142,7 @@ def _discover(
             stage=staging.stage_raw,
             stored=frozenset(key for key, st in states.items() if st.indexed),
             partition=partition,
+            spill=spill,
         )
         return Asked(connector.discover(request), request, forced)
 
@@ -171,7 +183,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
     check_engines(source.parser)  # a typo in parser.engines fails here, before any document
     states = store.items(source.source_id)
     processing = source.processing_hash(processing_versions(source))
-    found, request, forced, staged_digest = (ask or _discover)(ctx, staging, states, processing)
+    found, request, forced, staged_digest = (ask or ask_connector)(ctx, staging, states, processing)
     renames = apply_renames(states, forced, found.renames)
     limits = (source.engine_options.quarantine_after, request.max_items)
     sorted_ = classify_changes(found.changes, states, forced, params, limits, staged_digest or staging.staged_digest)

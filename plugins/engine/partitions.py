@@ -12,12 +12,19 @@ partition was crawled, key sets united, stats summed) and hands the result to
 :func:`~plugins.engine.discover.discover_stage`, whose plan rules run unchanged: deletion
 planning sees one merged listing. A source with no partitions keeps the one ``discover`` step.
 
+What a part finds in another part (a link or a redirect target on another partition's host)
+is handed off, never capped: the crawl spills the list to staging past a bound
+(``handoffs-part-NNNN-MMMM.txt.gz``, :mod:`include.handoffs`), and the plan step keeps every
+indexed key no part reached and counts them (``cross_partition_unreached``).
+
 The plan's ``stats["partitions"]`` says what each part crawled (hosts, pages, changes, time).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from include.contract import Change
-from include.staging import StagingArea
+from include.handoffs import Spill, take_handoffs
+from include.staging import StagedFile, StagingArea
 from include.stores import ItemState, StateStore
 from plugins.connectors.base import Discovery, DiscoveryRequest, source_partitions
 from plugins.engine.context import RunContext, log
 from plugins.engine.discover import (
     Asked,
     Asker,
-    _canonical_keys,
-    _discover,
+    ask_connector,
+    canonical_keys,
     discover_stage,
     open_connector,
     processing_versions,
@@ -49,6 +57,7 @@ __all__ = [
     "PlanPartitionsStep",
     "StartStep",
     "discover_run",
+    "handoff_spill",
     "merge_discoveries",
     "part_name",
 ]
@@ -61,6 +70,17 @@ _UNREACHED_SAMPLE = 20
 def part_name(index: int) -> str:
     """The staged name of partition ``index``'s discovery (deterministic: a re-run overwrites)."""
     return f"discover-part-{index:04d}.json"
+
+
+def handoff_spill(staging: StagingArea, index: int) -> Spill:
+    """Where partition ``index``'s crawl spills its hand-offs: ``handoffs-part-NNNN-MMMM.txt.gz``,
+    numbered in order, so a re-run overwrites its own chunks (its record names only those)."""
+    chunks = itertools.count()
+
+    def spill(data: bytes) -> StagedFile:
+        return staging.put_bytes(f"handoffs-part-{index:04d}-{next(chunks):04d}.txt.gz", data)
+
+    return spill
 
 
 def _units(partition: str) -> list[str]:
@@ -185,15 +205,16 @@ def merge_discoveries(parts: list[PartialDiscovery], expected: list[str]) -> Dis
 
 
 def _settle_handoffs(found: Discovery, states: dict[str, ItemState]) -> None:
-    """Links from one partition into another that no partition reached (a page only linked from
-    another host): counted in the stats; an indexed one is kept alive, so switching a source to
-    partitions never deletes a page merely because its only link crosses partitions."""
-    handoffs = set(found.stats.pop("handoffs", None) or [])
+    """Keys handed from one partition to another (links, redirect targets) that no partition
+    reached (a page only linked from another host, a partition's ``max_pages`` cut): counted,
+    and an indexed one is kept alive, so how the source is split never deletes a page. The
+    hand-offs are read back in full (held and spilled, ``include/handoffs.py``); only the
+    unreached ones are held here."""
     reached = {c.item_key for c in found.changes} | (found.all_keys or set())
-    unreached = sorted(handoffs - reached)
+    unreached = {key for key in take_handoffs(found.stats) if key not in reached}
     found.stats["cross_partition_unreached"] = len(unreached)
     if unreached:
-        found.stats["cross_partition_unreached_sample"] = unreached[:_UNREACHED_SAMPLE]
+        found.stats["cross_partition_unreached_sample"] = heapq.nsmallest(_UNREACHED_SAMPLE, unreached)
         if found.all_keys is not None:
             found.all_keys |= {k for k in unreached if k in states and states[k].indexed}
 
@@ -205,7 +226,7 @@ def merged_asker(partials: list[str]) -> Asker:
         parts = [PartialDiscovery.read(str(p)) for p in partials]
         params, source = ctx.params, ctx.source
         with open_connector(ctx) as connector:
-            params.only_keys = _canonical_keys(connector, params.only_keys)  # as the crawls did
+            params.only_keys = canonical_keys(connector, params.only_keys)  # as the crawls did
             found = merge_discoveries(parts, connector.partitions())
         _settle_handoffs(found, states)
         known, forced = forced_items(params, states, processing)
@@ -274,7 +295,8 @@ class CrawlPartitionStep(Step[PartitionResult]):
         states = store.items(ctx.source.source_id)
         processing = ctx.source.processing_hash(processing_versions(ctx.source))
         start = time.perf_counter()
-        found = _discover(ctx, staging, states, processing, partition=self.partition).found
+        spill = handoff_spill(staging, self.index)
+        found = ask_connector(ctx, staging, states, processing, partition=self.partition, spill=spill).found
         elapsed = round((time.perf_counter() - start) * 1000, 2)
         digests = {
             c.staged_path: d for c in found.changes if c.staged_path and (d := staging.staged_digest(c.staged_path))

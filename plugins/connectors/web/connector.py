@@ -177,7 +177,9 @@ class WebConnector(Connector):
             # a partition's crawl leaves the other partitions' hosts (and their cache rows) alone
             o = self.options
             whole = Scope(o.seeds, o.scope, o.include, o.exclude) if request.partition is not None else None
-            crawler = Crawler(options, fetcher, cache, known, request.stage, request.max_items, whole)
+            crawler = Crawler(
+                options, fetcher, cache, known, request.stage, request.max_items, whole, spill=request.spill
+            )
             fetcher.delay_for = crawler.delay_for
             crawler.render = make_render_step(options, fetcher, crawler.robots, crawler._hop_refusal)
             try:

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from include.contract import Change, ChangeKind, VersionEvidence
+from include.handoffs import HandoffSpool, Spill
 from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links
@@ -103,9 +104,8 @@ _DOC_EXTENSIONS = {
 # Failures that say nothing about whether the page still exists: never a deletion, and the
 # page's links must come from the cache for the crawl to stay complete.
 _TRANSIENT = ("timeout", "connect", "network", "dns", "http_429", "http_5")
-# Links from a partition's pages into another partition, kept for the merge to check (it tells
-# which of them no partition reached); bounded so a link farm cannot bloat the partial listing.
-_MAX_HANDOFFS = 2000
+# A page's redirect into another partition's hosts: handed off like a link, not refused.
+_REDIRECT_HANDED_OFF = "redirect_other_partition"
 
 
 def _extension(url: str) -> str:
@@ -160,13 +160,15 @@ class Crawler:
         max_items: int | None = None,
         whole: Scope | None = None,
         render: RenderStep | None = None,
+        spill: Spill | None = None,
     ) -> None:
         """``whole``: the source's scope when this crawl is one partition of it (``options``
-        then hold that partition's seeds): links into the rest of it are handed off, not followed."""
+        then hold that partition's seeds): links and redirects into the rest of it are handed
+        off (every one: ``spill`` stages the list past a bound), not followed."""
         self.o = options
         self.whole = whole
         self.render = render  # None: render off, pages staged as fetched
-        self.handoffs: set[str] = set()
+        self.handoffs = HandoffSpool(spill)
         self.fetcher = fetcher
         self.cache = cache
         self.known = known
@@ -216,13 +218,26 @@ class Crawler:
                 return "redirect_disallowed_by_robots"
         return refusal
 
-    def _skip_reason(self, url: str, depth: int) -> str | None:
-        scope_refusal = self.scope.refusal(url)
+    def _page_hop_refusal(self, url: str) -> str | None:
+        """A page's redirect target on another partition's host is that partition's page:
+        handed off like a link (refusing it as out of scope lost the page, issue 32)."""
+        return _REDIRECT_HANDED_OFF if self._hand_off(url) else self._hop_refusal(url)
+
+    def _hand_off(self, url: str) -> bool:
+        """Is ``url`` another partition's? Then it is recorded, by item key, for the merge to
+        check that its partition reached it."""
         whole = self.whole
-        if scope_refusal == "out_of_scope" and whole is not None and whole.in_scope(url) and whole.allowed(url):
-            if len(self.handoffs) < _MAX_HANDOFFS:
-                self.handoffs.add(url)
+        if whole is None or self.scope.refusal(url) != "out_of_scope":
+            return False
+        if not (whole.in_scope(url) and whole.allowed(url)):
+            return False
+        self.handoffs.add(self._key_for(url))
+        return True
+
+    def _skip_reason(self, url: str, depth: int) -> str | None:
+        if self._hand_off(url):
             return "skipped_other_partition"
+        scope_refusal = self.scope.refusal(url)
         if scope_refusal:
             return "skipped_downgrade" if scope_refusal == "downgrade" else "skipped_scope"
         if not self.scope.allowed(url):
@@ -328,7 +343,7 @@ class Crawler:
             return
         self._processed += 1
         result = await self.fetcher.fetch(
-            url, conditional=self._validators, hop_allowed=self._hop_refusal, accept=self._accept
+            url, conditional=self._validators, hop_allowed=self._page_hop_refusal, accept=self._accept
         )
         self._account(result)
         final = result.url
@@ -377,6 +392,9 @@ class Crawler:
 
     async def _on_error(self, url: str, final: str, result: FetchResult, depth: int) -> None:
         kind = result.error or "error"
+        if kind == _REDIRECT_HANDED_OFF:
+            self.counts[kind] += 1  # neither an error nor a skip: the target's partition owns it
+            return
         self.errors[kind] += 1
         log.info("fetch %s failed (%s): %s", url, kind, result.message)
         record = {"item_key": self._key_for(final), "reason": f"fetch:{kind}", "error": str(result.message or kind)}
@@ -403,7 +421,7 @@ class Crawler:
         if cached is None or evidence is None or not cached.matches(evidence.etag, evidence.last_modified):
             # 304 but we do not hold the links of that version: read the page again.
             self.counts["refetched_for_links"] += 1
-            again = await self.fetcher.fetch(url, hop_allowed=self._hop_refusal, accept=self._accept)
+            again = await self.fetcher.fetch(url, hop_allowed=self._page_hop_refusal, accept=self._accept)
             self._account(again)
             if again.error:
                 await self._on_error(url, again.url, again, depth)
@@ -547,7 +565,7 @@ class Crawler:
         if self.render is not None:
             stats["render"] = dict(self.render.counts)
         if self.whole is not None:
-            stats["handoffs"] = sorted(self.handoffs)
+            stats.update(self.handoffs.to_stats())
         stats["robots"] = {origin: entry.status for origin, entry in self.robots.loaded().items()}
         # named counters of the shared retry policy and host limiter: retry/web/*, ratelimit/web/*
         stats["limits"] = {**self.fetcher.retry_stats, **self.fetcher.politeness.limiter.stats}
