@@ -9,13 +9,18 @@ stored with the chunks, in the same transaction or bulk request.
 
 Search (``search``): ``mode`` is ``bm25`` (full text), ``vector`` (k nearest neighbours of
 ``query_vector`` by cosine similarity) or ``hybrid`` (both rankings fused by reciprocal rank
-fusion, :func:`include.index.fusion.reciprocal_rank_fusion`, done here when the backend cannot). Failures are reported per document in the result, never
+fusion, :func:`include.index.fusion.reciprocal_rank_fusion`, done here when the backend cannot).
+Every search has a time limit (``search_time_limit``, the index option of the same name, 10 s by
+default): past it the backend stops the query (SQLite: a progress handler; Elasticsearch: the
+search's ``timeout`` and the request's) and raises :class:`SearchTimeout`. A query is searched by
+at most ``MAX_QUERY_TERMS`` distinct terms (:mod:`include.index.query_text`). Write failures are reported per document in the result, never
 raised for the whole batch, so the engine can commit state for the documents that landed.
 """
 
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
@@ -32,15 +37,48 @@ SearchMode = Literal["bm25", "vector", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "vector", "hybrid")
 
 __all__ = [
+    "DEFAULT_SEARCH_TIME_LIMIT",
     "SEARCH_MODES",
     "DocumentRecord",
     "DocumentWrite",
     "IndexBackend",
+    "SearchDeadline",
     "SearchHit",
     "SearchMode",
+    "SearchTimeout",
     "UpsertResult",
     "check_search_mode",
+    "check_time_limit",
 ]
+
+DEFAULT_SEARCH_TIME_LIMIT = 10.0  # seconds; an index option (``search_time_limit``) changes it
+
+
+class SearchTimeout(TimeoutError):
+    """An index search stopped at its time limit (the API answers 504)."""
+
+    def __init__(self, backend: str, seconds: float) -> None:
+        super().__init__(f"the {backend} index search did not finish within its time limit of {seconds:g} s")
+        self.backend = backend
+        self.seconds = seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SearchDeadline:
+    """When a search must be done (``time.monotonic()``), and the limit it came from."""
+
+    ends_at: float
+    seconds: float
+
+    @classmethod
+    def within(cls, seconds: float) -> SearchDeadline:
+        return cls(time.monotonic() + seconds, seconds)
+
+    def left(self) -> float:
+        return self.ends_at - time.monotonic()
+
+    def timeout(self, backend: str) -> SearchTimeout:
+        return SearchTimeout(backend, self.seconds)
 
 
 @dataclass(slots=True)
@@ -103,6 +141,7 @@ class IndexBackend(abc.ABC):
 
     backend_name: str = "abstract"
     hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT  # the index option of the same name
+    search_time_limit: float = DEFAULT_SEARCH_TIME_LIMIT  # the index option of the same name
 
     @classmethod
     @abc.abstractmethod
@@ -125,6 +164,7 @@ class IndexBackend(abc.ABC):
         source: str | None = None,
         mode: SearchMode = "bm25",
         query_vector: npt.NDArray[np.float32] | None = None,
+        time_limit: float | None = None,
     ) -> list[SearchHit]:
         """Best-first hits: ``bm25`` (full text), ``vector`` (cosine similarity to ``query_vector``,
         the query embedded with the model the chunks were embedded with) or ``hybrid`` (both,
@@ -133,26 +173,33 @@ class IndexBackend(abc.ABC):
 
         An index holding no vectors gives an empty vector ranking: ``vector`` returns ``[]`` and
         ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
-        index's vectors is a ValueError.
+        index's vectors is a ValueError. The whole search (both rankings of a hybrid one) ends
+        within ``time_limit`` seconds (default ``search_time_limit``) or raises :class:`SearchTimeout`.
         """
         check_search_mode(mode, query_vector)
+        deadline = SearchDeadline.within(check_time_limit(time_limit or self.search_time_limit))
         if mode == "bm25":
-            return self._bm25(query, k, source)
+            return self._bm25(query, k, source, deadline)
         assert query_vector is not None  # check_search_mode refused a vector search without one
         if mode == "vector":
-            return self._nearest(query_vector, k, source)
+            return self._nearest(query_vector, k, source, deadline)
         # both backends fuse here: Elasticsearch's rrf retriever would fuse server-side, but needs a paid licence
         depth = hybrid_depth(k)
-        bm25, vector = self._bm25(query, depth, source), self._nearest(query_vector, depth, source)
+        bm25 = self._bm25(query, depth, source, deadline)
+        vector = self._nearest(query_vector, depth, source, deadline)
         return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
 
     @abc.abstractmethod
-    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
-        """The best ``k`` full-text hits (BM25 over any of the query's terms)."""
+    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
+        """The best ``k`` full-text hits (BM25 over any of the query's terms), by ``deadline``
+        or :class:`SearchTimeout`."""
 
     @abc.abstractmethod
-    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
-        """The ``k`` chunks whose vectors are nearest ``query_vector`` (cosine similarity as score)."""
+    def _nearest(
+        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+    ) -> list[SearchHit]:
+        """The ``k`` chunks whose vectors are nearest ``query_vector`` (cosine similarity as
+        score), by ``deadline`` or :class:`SearchTimeout`."""
 
     @abc.abstractmethod
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
@@ -191,3 +238,14 @@ def check_search_mode(mode: str, query_vector: object) -> None:
         raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(SEARCH_MODES)})")
     if mode != "bm25" and query_vector is None:
         raise ValueError(f"search mode {mode!r} needs query_vector (the query embedded with the chunks' model)")
+
+
+def check_time_limit(value: object) -> float:
+    """A search time limit in seconds, checked (a positive, finite number)."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"search_time_limit must be a number of seconds, not {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"search_time_limit must be a positive number of seconds, not {value!r}")
+    return seconds

@@ -26,7 +26,12 @@ in ``$ELASTICSEARCH_API_KEY``), else the Airflow connection ``options.conn_id`` 
 ``elasticsearch_default``) read through ``include.connections`` (``_es_client``).
 Other ``options``: ``refresh`` (``wait_for`` default, ``true``, ``false``), ``shards``,
 ``replicas``, ``bulk_max_count``, ``bulk_max_bytes``, ``max_attempts``, ``initial_backoff``,
-``max_backoff``, ``request_timeout``.
+``max_backoff``, ``request_timeout``, ``search_time_limit`` (seconds).
+
+Searches: the query text keeps its first ``MAX_QUERY_TERMS`` distinct terms
+(:mod:`include.index.query_text`); every search request carries the search's ``timeout`` (ES
+stops collecting at it and says ``timed_out``) and a client request timeout of the time left, and
+either one passing is :class:`~include.index.base.SearchTimeout`, not a partial ranking.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
+from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch, NotFoundError
 
 from include.config import IndexConfig
 from include.index._es_bulk import (
@@ -67,11 +72,20 @@ from include.index._es_mapping import (
 )
 from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
 from include.index._vector_checks import query_array
-from include.index.base import DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.index.base import (
+    DEFAULT_SEARCH_TIME_LIMIT,
+    DocumentWrite,
+    IndexBackend,
+    SearchDeadline,
+    SearchHit,
+    UpsertResult,
+    check_time_limit,
+)
 from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
     check_vector_weight,
 )
+from include.index.query_text import search_terms
 
 __all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
 
@@ -91,7 +105,11 @@ _HIT_EXCLUDES = ["title_tks", "title_sm_tks", "position_int", "page_num_int", "t
 def bm25_query(query: str, source: str | None) -> dict[str, Any]:
     """The BM25 search body: a ``multi_match`` of any of the query's terms (``operator: or``,
     ranked retrieval as the SQLite backend does), over the ``standard`` fields and the ``cjk``
-    ones, whose analyzer queries Chinese as overlapping bigrams; ``source`` filters, unscored."""
+    ones, whose analyzer queries Chinese as overlapping bigrams; ``source`` filters, unscored.
+    A query of more than ``MAX_QUERY_TERMS`` distinct terms is sent as its first ones."""
+    terms = search_terms(query)
+    if terms.dropped:
+        query = " ".join(terms.kept)
     body: dict[str, Any] = {
         "bool": {"must": [{"multi_match": {"query": query, "fields": SEARCH_FIELDS, "operator": "or"}}]}
     }
@@ -118,6 +136,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
         max_backoff: float = 30.0,
         hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT,
         request_timeout: float = 30.0,
+        search_time_limit: float = DEFAULT_SEARCH_TIME_LIMIT,
         owns_client: bool = True,
     ) -> None:
         self.alias = validate_alias(index_name)
@@ -133,6 +152,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.hybrid_vector_weight = check_vector_weight(hybrid_vector_weight)
+        self.search_time_limit = check_time_limit(search_time_limit)
         self._client = client
         self._owns_client = owns_client
         self._server_version: tuple[int, ...] = ()
@@ -162,6 +182,7 @@ class ElasticsearchIndex(Generations, IndexBackend):
                 "max_backoff",
                 "request_timeout",
                 "hybrid_vector_weight",
+                "search_time_limit",
             )
             if k in opts
         }
@@ -370,15 +391,38 @@ class ElasticsearchIndex(Generations, IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------ reads
-    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
+    def _timed_search(self, deadline: SearchDeadline, **request: Any) -> list[Mapping[str, Any]]:
+        """One search request's hits, by ``deadline``: the time left goes into the body's
+        ``timeout`` (ES "search timeout", best effort per shard) and the client's request
+        timeout; a retry starts only while time is left."""
+
+        def attempt() -> Any:
+            left = deadline.left()
+            if left <= 0:
+                raise deadline.timeout(self.backend_name)
+            timeout = f"{max(1, int(left * 1000))}ms"
+            return self._es.options(request_timeout=left).search(
+                index=self.alias, timeout=timeout, source_excludes=_HIT_EXCLUDES, **request
+            )
+
+        try:
+            resp = self._call(attempt)
+        except ConnectionTimeout:
+            raise deadline.timeout(self.backend_name) from None
+        if resp.body.get("timed_out"):  # partial hits: a ranking of what some shards found in time
+            raise deadline.timeout(self.backend_name)
+        hits: list[Mapping[str, Any]] = resp.body["hits"]["hits"]
+        return hits
+
+    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
         if not query.strip():
             return []
-        resp = self._call(
-            self._es.search, index=self.alias, query=bm25_query(query, source), size=k, source_excludes=_HIT_EXCLUDES
-        )
-        return [_hit(h, float(h["_score"] or 0.0)) for h in resp.body["hits"]["hits"]]
+        hits = self._timed_search(deadline, query=bm25_query(query, source), size=k)
+        return [_hit(h, float(h["_score"] or 0.0)) for h in hits]
 
-    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
+    def _nearest(
+        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+    ) -> list[SearchHit]:
         query = query_array(query_vector)
         dims = self._vector_dims(self.alias)
         if dims is None or k <= 0:
@@ -388,10 +432,8 @@ class ElasticsearchIndex(Generations, IndexBackend):
                 f"the query vector has {query.shape[0]} dimensions but the index {self.alias!r} holds "
                 f"{dims}-dimension vectors: embed the query with the model its chunks were embedded with"
             )
-        resp = self._call(
-            self._es.search, index=self.alias, knn=knn_clause(query, k, source), size=k, source_excludes=_HIT_EXCLUDES
-        )
-        return [_hit(h, cosine_of_score(float(h["_score"] or 0.0))) for h in resp.body["hits"]["hits"]]
+        hits = self._timed_search(deadline, knn=knn_clause(query, k, source), size=k)
+        return [_hit(h, cosine_of_score(float(h["_score"] or 0.0))) for h in hits]
 
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
         hashes = list(dict.fromkeys(text_hashes))

@@ -12,7 +12,9 @@ A CJK run is queried as its overlapping bigrams, each a two-character phrase (``
 "识 库"`` for 知识库), as Lucene's CJKBigramFilter and Elasticsearch's ``cjk`` analyzer do; a
 lone CJK character is itself. English stop words (Lucene's ``EnglishAnalyzer`` default set) are
 left out of a query that has other terms: under OR each would match nearly every chunk, so FTS5
-would score almost every row for a term whose IDF is ~0 anyway.
+would score almost every row for a term whose IDF is ~0 anyway. At most ``MAX_QUERY_TERMS`` (64)
+distinct terms are searched (:mod:`include.index.query_text`), and every search statement runs
+under a progress handler that stops it at the search's time limit (:class:`SearchTimeout`).
 
 Vectors live in the same file, in ``sqlite-vec`` tables (``include.index.sqlite_vectors``);
 ``search`` ranks by BM25, by cosine similarity to a query vector, or by both fused (RRF).
@@ -23,9 +25,9 @@ Concurrency: WAL mode and a busy timeout let several Airflow task processes writ
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -35,11 +37,21 @@ import numpy.typing as npt
 from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
-from include.index.base import DocumentRecord, DocumentWrite, IndexBackend, SearchHit, UpsertResult
+from include.index.base import (
+    DEFAULT_SEARCH_TIME_LIMIT,
+    DocumentRecord,
+    DocumentWrite,
+    IndexBackend,
+    SearchDeadline,
+    SearchHit,
+    UpsertResult,
+    check_time_limit,
+)
 from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
     check_vector_weight,
 )
+from include.index.query_text import CJK_RUN, ENGLISH_STOP_WORDS, query_terms, search_terms
 from include.index.sqlite_vectors import (
     DB_ERRORS,
     StoredVector,
@@ -55,18 +67,6 @@ from include.index.sqlite_vectors import (
 from include.settings import get_settings
 
 __all__ = ["ENGLISH_STOP_WORDS", "SqliteFtsIndex", "fts_query", "query_terms", "segment_cjk"]
-
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f]+")
-_QUERY_TERM = re.compile(r"[\w\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+", re.UNICODE)
-
-# Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (also Elasticsearch's ``_english_`` stop list).
-# fmt: off
-ENGLISH_STOP_WORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no",
-    "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to",
-    "was", "will", "with",
-})
-# fmt: on
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunks (
@@ -117,35 +117,23 @@ _INSERT_COLUMNS = (
 )
 # what fails one document of a batch (the database refused it, or its vectors cannot be stored)
 _DOCUMENT_ERRORS: tuple[type[Exception], ...] = (*DB_ERRORS, VectorWriteError, VectorsUnavailable)
+# how many SQLite VM instructions run between two looks at a search's deadline (a look is one
+# time.monotonic(); 10,000 instructions are well under a millisecond)
+_PROGRESS_INSTRUCTIONS = 10_000
 _UPDATE_ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in _INSERT_COLUMNS.split(","))
 
 
 def segment_cjk(text: str) -> str:
     """Space out CJK characters so each is its own FTS token."""
     # one substitution per run of CJK characters, not per character (~2.7x faster upserts)
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
-
-
-def query_terms(query: str) -> list[str]:
-    """The query's terms in order: its words, and each CJK run as overlapping bigrams (a lone
-    CJK character as itself), as Lucene's CJKBigramFilter splits them."""
-    terms: list[str] = []
-    for word in _QUERY_TERM.findall(query):
-        start = 0
-        for run in _CJK_RUN.finditer(word):  # a word may mix scripts: "Debian软件包"
-            terms.append(word[start : run.start()])
-            chars = run.group()
-            terms += [chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)]
-            start = run.end()
-        terms.append(word[start:])
-    return [t for t in terms if any(ch.isalnum() for ch in t)]  # "_" alone is no FTS token
+    return CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
 
 
 def fts_query(query: str, *, stop_words: frozenset[str] = ENGLISH_STOP_WORDS) -> str | None:
-    """Free text as a safe FTS5 MATCH expression: its terms quoted and OR'd (CJK bigrams as
-    two-character phrases), stop words left out unless nothing else is left, each term once."""
-    terms = list(dict.fromkeys(t.casefold() for t in query_terms(query)))  # a term asked twice is one term
-    kept = [t for t in terms if t not in stop_words] or terms  # "to be or not to be" still searches
+    """Free text as a safe FTS5 MATCH expression: its terms (:func:`~include.index.query_text.search_terms`:
+    distinct, stop words left out unless nothing else is left, at most ``MAX_QUERY_TERMS``) quoted
+    and OR'd, CJK bigrams as two-character phrases."""
+    kept = search_terms(query, stop_words=stop_words).kept
     if not kept:
         return None
     return " OR ".join('"' + " ".join(segment_cjk(t).split()).replace('"', '""') + '"' for t in kept)
@@ -155,9 +143,15 @@ class SqliteFtsIndex(IndexBackend):
     backend_name = "sqlite"
 
     def __init__(
-        self, path: str | Path, index_name: str = "tributary", *, hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT
+        self,
+        path: str | Path,
+        index_name: str = "tributary",
+        *,
+        hybrid_vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+        search_time_limit: float = DEFAULT_SEARCH_TIME_LIMIT,
     ) -> None:
         self.hybrid_vector_weight = check_vector_weight(hybrid_vector_weight)
+        self.search_time_limit = check_time_limit(search_time_limit)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.index_name = index_name
@@ -205,10 +199,12 @@ class SqliteFtsIndex(IndexBackend):
     @classmethod
     def from_config(cls, config: IndexConfig) -> Self:
         """``options.path`` or the settings' index file (``$TRIBUTARY_INDEX_PATH``);
-        ``options.hybrid_vector_weight`` (see :mod:`include.index.fusion`)."""
+        ``options.hybrid_vector_weight`` (see :mod:`include.index.fusion`); ``options.search_time_limit``
+        (seconds, see :mod:`include.index.base`)."""
         path = config.options.get("path") or get_settings().index_path
         weight = config.options.get("hybrid_vector_weight", DEFAULT_VECTOR_WEIGHT)
-        return cls(path, index_name=config.name, hybrid_vector_weight=weight)
+        limit = config.options.get("search_time_limit", DEFAULT_SEARCH_TIME_LIMIT)
+        return cls(path, index_name=config.name, hybrid_vector_weight=weight, search_time_limit=limit)
 
     # ------------------------------------------------------------------------------- writes
     def upsert(self, writes: Sequence[DocumentWrite]) -> list[UpsertResult]:
@@ -371,7 +367,22 @@ class SqliteFtsIndex(IndexBackend):
         return total
 
     # ------------------------------------------------------------------------------- reads
-    def _bm25(self, query: str, k: int, source: str | None) -> list[SearchHit]:
+    @contextmanager
+    def _time_limited(self, deadline: SearchDeadline) -> Iterator[None]:
+        """Run the statements of the block until ``deadline``: SQLite's progress handler
+        (https://sqlite.org/c3ref/progress_handler.html) interrupts the statement once it has
+        passed, which surfaces as "interrupted" and is turned into :class:`SearchTimeout`."""
+        self._db.set_progress_handler(lambda: int(deadline.left() < 0), _PROGRESS_INSTRUCTIONS)
+        try:
+            yield
+        except DB_ERRORS as exc:
+            if "interrupt" in str(exc).lower() and deadline.left() < 0:
+                raise deadline.timeout(self.backend_name) from None
+            raise
+        finally:
+            self._db.set_progress_handler(None, 0)
+
+    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
         match = fts_query(query)
         if match is None:
             return []
@@ -388,22 +399,28 @@ class SqliteFtsIndex(IndexBackend):
             args.append(source)
         sql += " ORDER BY score LIMIT ?"
         args.append(k)
-        cur = self._db.execute(sql, args)
-        names = [d[0] for d in cur.description]
+        with self._time_limited(deadline):
+            cur = self._db.execute(sql, args)
+            names = [d[0] for d in cur.description]
+            values = cur.fetchall()
         # FTS5's bm25() is "lower is better"
-        return [_hit(row, -float(row["score"])) for row in (dict(zip(names, v, strict=True)) for v in cur.fetchall())]
+        return [_hit(row, -float(row["score"])) for row in (dict(zip(names, v, strict=True)) for v in values)]
 
-    def _nearest(self, query_vector: npt.NDArray[np.float32], k: int, source: str | None) -> list[SearchHit]:
+    def _nearest(
+        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+    ) -> list[SearchHit]:
         if not self._vectors_loaded:
             raise VectorsUnavailable("the sqlite-vec extension is not loaded: this index cannot search vectors")
-        nearest = knn(self._db, index_name=self.index_name, query_vector=query_vector, k=k, source=source)
-        if not nearest:
-            return []
-        cur = self._db.execute(
-            f"SELECT * FROM chunks WHERE rowid IN ({','.join('?' * len(nearest))})", [r for r, _ in nearest]
-        )
-        names = [d[0] for d in cur.description]
-        rows = {row["rowid"]: row for row in (dict(zip(names, v, strict=True)) for v in cur.fetchall())}
+        with self._time_limited(deadline):
+            nearest = knn(self._db, index_name=self.index_name, query_vector=query_vector, k=k, source=source)
+            if not nearest:
+                return []
+            cur = self._db.execute(
+                f"SELECT * FROM chunks WHERE rowid IN ({','.join('?' * len(nearest))})", [r for r, _ in nearest]
+            )
+            names = [d[0] for d in cur.description]
+            values = cur.fetchall()
+        rows = {row["rowid"]: row for row in (dict(zip(names, v, strict=True)) for v in values)}
         return [_hit(rows[rowid], similarity) for rowid, similarity in nearest if rowid in rows]
 
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
