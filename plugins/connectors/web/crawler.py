@@ -462,9 +462,9 @@ class Crawler:
             kind, message = outcome.failure
             reason = kind if kind == "render_unavailable" else f"render:{kind.removeprefix('render_')}"
             record = {"item_key": self._key_for(url), "reason": reason, "error": message}
-            if kind == "render_unavailable":
-                self.counts["skipped_render_unavailable"] += 1
-                self.refused.append(record)  # a deliberate skip: this machine cannot render
+            if outcome.refused:  # this machine cannot render, or the page's DOM is over the cap
+                self.counts[f"skipped_{kind}"] += 1
+                self.refused.append(record)
                 return
             self.errors[kind] += 1
             self.failed.append(record)  # a hung or crashed page: retried next run

@@ -90,6 +90,8 @@ def make_render_step(
         timeout_seconds=options.render_timeout_seconds,
         max_requests=options.render_max_requests,
         max_bytes=options.render_max_bytes,
+        # the DOM is staged in place of the fetched body: neither cap may be passed
+        max_dom_bytes=min(options.render_max_bytes, options.max_body_bytes),
     )
     renderer = Renderer(pool, _fetch(fetcher, hop_allowed), guard, limits, canonicalize)
     return RenderStep(options.render, renderer, pool, concurrency=options.render_concurrency)

@@ -6,9 +6,16 @@ request the page makes is intercepted on the page (its iframes included; a popup
 its requests refused by the browser context), checked by
 :class:`~.guard.RequestGuard` and, if allowed, fetched with the crawler's ``Fetcher``; the browser
 opens no connection of its own. Navigations of the main frame away from the page (``location =
-...``) are refused, their targets kept as links for the frontier. The page is done when its load
-event has fired and neither requests nor DOM changes happened for ``settle_ms``; the whole render
-is bounded by ``timeout_seconds``, after which the browser is killed (a script may never yield).
+...``, ``form.submit()``, ``a.click()``) are refused and the page stays; their targets are kept
+as links for the frontier. The renderer's own scripts run in an isolated world
+(:mod:`.probe`), so the page's globals cannot fool them. The page is done when its load event
+has fired and neither requests nor DOM changes happened for ``settle_ms``; the DOM may not grow
+past ``max_dom_bytes`` (a typed ``too_large``); the whole render is bounded by
+``timeout_seconds``, after which the browser is killed (a script may never yield).
+
+Playwright's ``goto(wait_until="load")`` is not used: it waits for the load of whatever
+navigation came last, and a refused one never loads, so an inline ``location = ...`` hung the
+render until its timeout. ``goto`` returns at commit and the probe reports the load itself.
 """
 
 from __future__ import annotations
@@ -20,28 +27,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from include.untrusted_text import escape_untrusted
 from plugins.connectors.web.render.browser import BrowserPool, Lease
 from plugins.connectors.web.render.guard import PageBudget, RequestGuard
+from plugins.connectors.web.render.probe import PageProbe, ProbeError
 
 __all__ = ["Fetch", "Fetched", "RenderFailed", "RenderLimits", "RenderedPage", "Renderer"]
 
-# Links as the browser resolved them (against the URL the page routed itself to). That the page
-# was rendered reaches lineage from the crawler's item metadata (``rendered``, ``render_ms``), not
-# from the DOM, which the page's own script controls.
-_FINISH_JS = """() => {
-  for (const a of document.querySelectorAll('a[href], area[href]')) a.setAttribute('href', a.href);
-  for (const f of document.querySelectorAll('iframe[src], frame[src]')) f.setAttribute('src', f.src);
-}"""
-_MUTATIONS_JS = """() => {
-  if (window.__tributaryMutations === undefined) {
-    window.__tributaryMutations = 0;
-    new MutationObserver(() => { window.__tributaryMutations++; })
-      .observe(document, {subtree: true, childList: true, characterData: true, attributes: true});
-  }
-  return window.__tributaryMutations;
-}"""
 _HEADERS_KEPT = ("content-type", "content-language", "last-modified")
 _POLL_S = 0.025
+# Navigation targets kept per page, and their longest URL (Chromium takes up to 2 MiB; the
+# crawler's trap guard would refuse anything near that anyway).
+_MAX_NAVIGATIONS = 100
+_MAX_NAVIGATION_URL = 4096
 
 
 @dataclass(slots=True)
@@ -60,8 +58,11 @@ Fetch = Callable[[str], Awaitable[Fetched]]
 
 
 class RenderFailed(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
+    """``kind`` is a fixed reason (``timeout``, ``too_large``, ``script``, ``browser``); the message
+    is the renderer's own words, then ``detail`` (the browser's or the page's: escaped, capped)."""
+
+    def __init__(self, kind: str, message: str, detail: object = None) -> None:
+        super().__init__(message if detail is None else f"{message}: {escape_untrusted(detail)}")
         self.kind = kind
 
 
@@ -69,13 +70,14 @@ class RenderFailed(Exception):
 class RenderLimits:
     timeout_seconds: float = 30.0
     max_requests: int = 100
-    max_bytes: int = 20 * 1024 * 1024
+    max_bytes: int = 20 * 1024 * 1024  # the page's requests' response bytes
+    max_dom_bytes: int = 20 * 1024 * 1024  # the rendered DOM, serialised (what is staged)
     settle_ms: int = 150
 
 
 @dataclass(slots=True)
 class RenderedPage:
-    final_url: str
+    final_url: str  # the page may set it (pushState): escaped and capped like any page text
     html: bytes
     ms: int
     requests: int
@@ -122,7 +124,8 @@ class Renderer:
         self.canonical = canonical  # the crawler's canonical URL form (raises ValueError)
 
     async def render(self, url: str, html: bytes, content_type: str = "text/html") -> RenderedPage:
-        """Raises :class:`RenderFailed` (``timeout``, ``browser``) or ``RenderUnavailable``."""
+        """Raises :class:`RenderFailed` (``timeout``, ``too_large``, ``script``, ``browser``) or
+        ``RenderUnavailable``."""
         state = _PageState(
             url, html, content_type or "text/html", PageBudget(self.limits.max_requests, self.limits.max_bytes)
         )
@@ -130,7 +133,7 @@ class Renderer:
         async with self.pool.lease() as lease:
             try:
                 async with asyncio.timeout(self.limits.timeout_seconds):
-                    final_url, text = await self._drive(lease, state, started)
+                    final_url, dom = await self._drive(lease, state)
             except TimeoutError:
                 lease.kill()  # the page's script may never yield: no protocol call would return
                 raise RenderFailed(
@@ -138,15 +141,18 @@ class Renderer:
                 ) from None
             except RenderFailed:
                 raise
+            except ProbeError as exc:  # the renderer's script failed: the page is odd, the browser fine
+                raise RenderFailed("script", f"rendering {url} failed", exc) from exc
             except Exception as exc:  # the browser crashed or was killed under this page
-                lease.kill()
-                raise RenderFailed("browser", f"rendering {url} failed: {type(exc).__name__}: {exc}") from exc
+                lease.kill()  # "memory": the pool's watchdog killed the page's renderer (render/memory.py)
+                kind = lease.failure_kind or "browser"
+                raise RenderFailed(kind, f"rendering {url} failed", f"{type(exc).__name__}: {exc}") from exc
         b = state.budget
         return RenderedPage(
-            final_url, text.encode("utf-8"), _ms(started), b.requests, dict(b.refused), b.bytes, state.navigations
+            escape_untrusted(final_url), dom, _ms(started), b.requests, dict(b.refused), b.bytes, state.navigations
         )
 
-    async def _drive(self, lease: Lease, state: _PageState, started: float) -> tuple[str, str]:
+    async def _drive(self, lease: Lease, state: _PageState) -> tuple[str, bytes]:
         page, slot = lease.page, lease.slot
         slot["state"] = state
         if not slot.get("routed"):  # a page's handlers serve every render that reuses it
@@ -155,24 +161,41 @@ class Renderer:
             page.on("popup", lambda popup: _close_popup(popup, page, slot["state"]))
             page.on("dialog", lambda dialog: slot["state"].later(dialog.dismiss()))
             slot["routed"] = True
-        await page.goto(state.url, wait_until="load")
-        await self._settle(page, state)
-        final = page.url if page.url.startswith(("http://", "https://")) else state.url
-        await page.evaluate(_FINISH_JS)
-        return final, await page.content()
+        probe = await PageProbe.attach(page, self.limits.max_dom_bytes)
+        try:
+            await page.goto(state.url, wait_until="commit")  # the load is the probe's to tell
+            await self._settle(probe, state)
+            final = page.url if page.url.startswith(("http://", "https://")) else state.url
+            html, size = await probe.finish()
+        finally:
+            await probe.detach()
+        # the length was counted in UTF-16 code units; the bytes staged are UTF-8 (never fewer).
+        # A lone surrogate (legal in a JS string) becomes "?" rather than failing the encoding.
+        dom = html.encode("utf-8", "replace") if html is not None else b""
+        if html is None or len(dom) > self.limits.max_dom_bytes:
+            raise self._too_large(state.url, size if html is None else len(dom))
+        return final, dom
 
-    async def _settle(self, page: Any, state: _PageState) -> None:
-        """Until no request is in flight and the DOM has not changed for ``settle_ms``."""
+    def _too_large(self, url: str, size: int) -> RenderFailed:
+        return RenderFailed(
+            "too_large", f"the rendered DOM of {url} is over {self.limits.max_dom_bytes} bytes (at least {size})"
+        )
+
+    async def _settle(self, probe: PageProbe, state: _PageState) -> None:
+        """Until the document has loaded, no request is in flight and the DOM has not changed for
+        ``settle_ms``; refused as soon as the DOM is over the cap."""
         quiet = self.limits.settle_ms / 1000
-        mutations = await page.evaluate(_MUTATIONS_JS)
+        seen = None
         while True:
-            await asyncio.sleep(_POLL_S)
-            now_mutations = await page.evaluate(_MUTATIONS_JS)
-            if now_mutations != mutations:
-                mutations = now_mutations
+            snapshot = await probe.poll()
+            if snapshot.too_large:
+                raise self._too_large(state.url, snapshot.too_large)
+            if (snapshot.ready, snapshot.mutations) != seen:
+                seen = (snapshot.ready, snapshot.mutations)
                 state.touch()
-            if state.inflight == 0 and time.monotonic() - state.last_activity >= quiet:
+            if snapshot.ready and state.inflight == 0 and time.monotonic() - state.last_activity >= quiet:
                 return
+            await asyncio.sleep(_POLL_S)
 
     async def _route(self, route: Any, request: Any, page: Any, state: _PageState) -> None:
         state.inflight += 1
@@ -193,7 +216,7 @@ class Renderer:
                 await route.fulfill(status=200, headers={"content-type": state.content_type}, body=state.html)
                 return
             state.budget.refuse("navigation")
-            if len(state.navigations) < 100:
+            if len(state.navigations) < _MAX_NAVIGATIONS and len(request.url) <= _MAX_NAVIGATION_URL:
                 state.navigations.append(request.url)
             await route.abort("aborted")  # "aborted" keeps the current document, no error page
             return

@@ -27,14 +27,23 @@ log = logging.getLogger("tributary.web")
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 
+# Failures that will be the same next run: the page is skipped, not retried and quarantined.
+_REFUSALS = frozenset({"render_unavailable", "render_too_large"})
+
+
 @dataclass(slots=True)
 class RenderOutcome:
     """``page`` (its ``html``, the rendered DOM, is what is staged); or ``failure`` (kind, message)
-    when the page could not be rendered (``render_unavailable``: a refusal; ``render_timeout``,
-    ``render_browser``: transient)."""
+    when the page could not be rendered: ``refused`` for a deliberate skip (``render_unavailable``,
+    ``render_too_large``), else transient (``render_timeout``, ``render_script``,
+    ``render_browser``). The message holds no page text but escaped and capped."""
 
     page: RenderedPage | None = None
     failure: tuple[str, str] | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.failure is not None and self.failure[0] in _REFUSALS
 
 
 def _prefix(url: str) -> str:
