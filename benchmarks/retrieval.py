@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import re
 import statistics
 import tempfile
@@ -35,154 +34,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import lxml.html
 import numpy as np
 import numpy.typing as npt
-from lxml import etree
 
+from benchmarks._retrieval_corpus import Corpus, corpora
+from benchmarks._retrieval_fusion import (
+    PREVIOUS,
+    RULES,
+    ScoreTable,
+    SetRankings,
+    choose_rule,
+    leave_one_set_out,
+    score_table,
+)
 from include.config import EmbeddingConfig
-from include.contract import Chunk, ParseError, RawDocument, document_id
-from include.index.base import DocumentRecord, DocumentWrite
-from include.index.fusion import DEFAULT_VECTOR_WEIGHT
+from include.index.fusion import DEFAULT_VECTOR_WEIGHT, HYBRID_RANK_CONSTANT, hybrid_depth
 from include.index.sqlite_fts import SqliteFtsIndex
 from include.vectors import VectorSet
-from plugins.chunkers.registry import chunk_document
 from plugins.embedders.base import Embedder
 from plugins.embedders.registry import open_embedder
-from plugins.parsers.registry import parse_document
 
-PY_DOCS = (Path("/usr/share/doc/python3-doc/html"), Path("/usr/share/doc/python3/html"))
-ZH_FAQ = Path("/usr/share/doc/debian/FAQ/zh-cn")
 MODES = ("bm25", "vector", "hybrid")
 RECALL_AT = 5
 MRR_AT = 10
 CANDIDATES = 50  # chunk hits asked of each ranking (a distractor page has many chunks)
-RRF_K = 60
-DISTRACTOR_CHUNKS = 400  # --quick: none
-QUICK_PY_PAGES = ("general.html", "library.html", "design.html")
+RRF_K = HYBRID_RANK_CONSTANT  # the index's hybrid search's
 # Benchmark-only cache of embeddings (corpus chunks and queries), keyed by model and text hash,
 # so a rerun that changes only the search code does not re-embed (~20 min on this host). Not
 # tracked (``benchmarks/.cache/`` is git-ignored); delete it to time the embedding again.
 QUERY_TIMING_SAMPLE = 10  # queries embedded again to time them when every vector was cached
 CACHE = Path(__file__).resolve().parent / ".cache" / "retrieval"
-
-_SECTION = "//section | //div[contains(concat(' ', normalize-space(@class), ' '), ' section ')]"
-_NESTED = ".//section | .//div[contains(concat(' ', normalize-space(@class), ' '), ' section ')]"
-_HEADING = ".//*[self::h1 or self::h2 or self::h3 or self::h4 or self::h5 or self::h6]"
-_NUMBERING = re.compile(r"^\s*(?:\d+\.)+\s*")  # DocBook's "3.1.2. " before a title
-_QUESTION_END = ("?", "？")
-
-
-# ------------------------------------------------------------------------------ FAQ extraction
-@dataclass(frozen=True, slots=True)
-class FaqEntry:
-    page: str
-    anchor: str
-    question: str
-    answer_html: str  # the entry's section with its heading removed
-
-
-def faq_entries(html: str | bytes, page: str, *, questions_only: bool = False) -> list[FaqEntry]:
-    """Every leaf section of a FAQ page (Sphinx ``<section>``, DocBook ``div.section``) as a
-    question (its heading) and an answer (the rest of the section)."""
-    root = lxml.html.fromstring(html)
-    entries: list[FaqEntry] = []
-    for section in root.xpath(_SECTION):
-        headings = section.xpath(_HEADING)
-        if section.xpath(_NESTED) or not headings:
-            continue  # a category (it holds the entries) or a section without a title
-        question = _heading_text(headings[0])
-        if not question or (questions_only and not question.endswith(_QUESTION_END)):
-            continue
-        answer = _without(section, headings[0])
-        if not " ".join(answer.text_content().split()):
-            continue
-        anchor = section.get("id") or next(iter(headings[0].xpath(".//@id")), "") or str(len(entries))
-        entries.append(FaqEntry(page, anchor, question, etree.tostring(answer, encoding="unicode")))
-    return entries
-
-
-def _heading_text(heading: Any) -> str:
-    text = " ".join(heading.text_content().replace("¶", " ").split())
-    return _NUMBERING.sub("", text).strip()
-
-
-def _without(section: Any, heading: Any) -> Any:
-    """A copy of ``section`` without ``heading`` (the text after the heading stays)."""
-    copy = lxml.html.fromstring(etree.tostring(section, encoding="unicode"))
-    target = copy.xpath(_HEADING)[0]
-    target.drop_tree()  # keeps the tail text, drops the element and its children
-    return copy
-
-
-def answer_page(entry: FaqEntry) -> bytes:
-    """The answer as a standalone HTML page with no title (the title field is searched too)."""
-    return f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{entry.answer_html}</body></html>'.encode()
-
-
-# ------------------------------------------------------------------------------ corpus
-@dataclass(frozen=True, slots=True)
-class Query:
-    text: str
-    relevant: frozenset[str]  # doc ids (several when two entries ask the same question)
-
-
-@dataclass(slots=True)
-class Corpus:
-    name: str
-    source: str
-    writes: list[DocumentWrite] = field(default_factory=list)
-    queries: list[Query] = field(default_factory=list)
-    faq_docs: int = 0
-    distractor_docs: int = 0
-
-    @property
-    def chunks(self) -> list[Chunk]:
-        return [c for w in self.writes for c in w.chunks]
-
-
-def _document(source: str, key: str, data: bytes) -> DocumentWrite | None:
-    doc_id = document_id(source, key)
-    try:
-        parsed = parse_document(RawDocument(item_key=key, data=data, file_name=Path(key).name, media_type="text/html"))
-    except ParseError:
-        return None
-    chunks = chunk_document(parsed, doc_id)
-    if not chunks:
-        return None
-    record = DocumentRecord(source=source, doc_id=doc_id, item_key=key, media_type="text/html", run_id="bench")
-    return DocumentWrite(record, chunks)
-
-
-def faq_corpus(name: str, source: str, pages: Sequence[Path], *, questions_only: bool) -> Corpus:
-    corpus = Corpus(name, source)
-    by_question: dict[str, set[str]] = {}
-    for page in pages:
-        for entry in faq_entries(page.read_bytes(), page.name, questions_only=questions_only):
-            write = _document(source, f"faq/{page.name}#{entry.anchor}", answer_page(entry))
-            if write is None:
-                continue
-            corpus.writes.append(write)
-            by_question.setdefault(entry.question, set()).add(write.document.doc_id)
-    corpus.faq_docs = len(corpus.writes)
-    corpus.queries = [Query(q, frozenset(ids)) for q, ids in by_question.items()]
-    return corpus
-
-
-def add_distractors(corpus: Corpus, pages: Sequence[Path], chunk_budget: int, seed: int = 22) -> None:
-    """Whole pages, in a seeded random order, until ``chunk_budget`` chunks are added."""
-    order = list(pages)
-    random.Random(seed).shuffle(order)
-    added = 0
-    for page in order:
-        if added >= chunk_budget:
-            break
-        write = _document(corpus.source, f"library/{page.name}", page.read_bytes())
-        if write is None or added + len(write.chunks) > chunk_budget * 1.1:
-            continue  # a page that would overshoot the budget by much: try a smaller one
-        corpus.writes.append(write)
-        corpus.distractor_docs += 1
-        added += len(write.chunks)
 
 
 # ------------------------------------------------------------------------------ embedding
@@ -422,32 +303,59 @@ def _agreement(corpus: Corpus, scores: dict[str, ModeScore]) -> str:
     return f"Cross-check (index search vs numpy brute force + our RRF): identical top-{MRR_AT} documents for {listed}."
 
 
-def _py_docs() -> Path | None:
-    return next((p for p in PY_DOCS if (p / "faq").is_dir()), None)
+def set_rankings(corpus: Corpus, index: SqliteFtsIndex, qvecs: Sequence[npt.NDArray[np.float32]]) -> SetRankings:
+    """Both rankings of every query, as deep as hybrid search reads them (to try fusion rules on)."""
+    depth = hybrid_depth(CANDIDATES)
+    out = SetRankings(corpus.name, {c.chunk_id: c.doc_id for c in corpus.chunks})
+    for query, qvec in zip(corpus.queries, qvecs, strict=True):
+        out.relevant.append(query.relevant)
+        out.bm25.append(index.search(query.text, k=depth))
+        out.vector.append(index.search(query.text, k=depth, mode="vector", query_vector=qvec))
+    return out
 
 
-def _corpora(quick: bool) -> tuple[list[Corpus], list[str]]:
-    corpora, notes = [], []
-    py = _py_docs()
-    if py is None:
-        notes.append("Python FAQ skipped: python3-doc is not installed (apt-get install python3-doc).")
-    else:
-        pages = sorted(p for p in (py / "faq").glob("*.html") if p.name != "index.html")
-        if quick:
-            pages = [p for p in pages if p.name in QUICK_PY_PAGES]
-        corpus = faq_corpus("Python FAQ (en)", "bench:pyfaq", pages, questions_only=False)
-        if not quick:
-            add_distractors(corpus, sorted((py / "library").glob("*.html")), DISTRACTOR_CHUNKS)
-        corpora.append(corpus)
-    if ZH_FAQ.is_dir():
-        pages = sorted(p for p in ZH_FAQ.glob("*.html") if p.name != "index.zh-cn.html")
-        corpora.append(faq_corpus("Debian FAQ (zh-cn)", "bench:zhfaq", pages, questions_only=True))
-    else:
-        notes.append("Chinese set skipped: debian-faq-zh-cn is not installed (apt-get install debian-faq-zh-cn).")
-    return corpora, notes
+def fusion_choice(sets: Sequence[SetRankings]) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+    """Rows and a note: for each set, the rule chosen on the others and its scores there."""
+    table = score_table(sets, CANDIDATES, document_ranking, recall_at, reciprocal_rank)
+    overall = choose_rule(table, list(table))
+    rows = []
+    for fold in leave_one_set_out(table):
+        rows.append(
+            {
+                "set": fold.held_out,
+                "mode": f"hybrid, held out ({fold.rule.label}, chosen on the other sets)",
+                "queries": len(next(s for s in sets if s.name == fold.held_out).relevant),
+                f"recall@{RECALL_AT}": round(fold.hybrid.recall, 3),
+                f"MRR@{MRR_AT}": round(fold.hybrid.mrr, 3),
+                "margin over the better input": round(fold.margin, 3),
+            }
+        )
+    current = ", ".join(
+        f"{name} {table[name][PREVIOUS].recall:.3f} / {table[name][PREVIOUS].mrr:.3f}" for name in table
+    )
+    note = (
+        f"Fusion rule by leave-one-set-out over {len(RULES)} RRF rules (the 'held out' rows): chosen on all "
+        f"sets: {overall.label}; the rule before this choice ({PREVIOUS.label}) scored recall@{RECALL_AT} / "
+        f"MRR@{MRR_AT} {current}."
+    )
+    return rows, note, _table_rows(table)
 
 
-def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def _table_rows(table: ScoreTable) -> list[dict[str, Any]]:
+    """Every rule's scores on every set (the result JSON's ``fusion_table``)."""
+    return [
+        {
+            "set": name,
+            "mode": mode if isinstance(mode, str) else mode.label,
+            f"recall@{RECALL_AT}": round(scores.recall, 3),
+            f"MRR@{MRR_AT}": round(scores.mrr, 3),
+        }
+        for name, by_mode in table.items()
+        for mode, scores in by_mode.items()
+    ]
+
+
+def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[str, Any]], list[str], SetRankings]:
     cache = VectorCache(embedder.model_id, embedder.dimensions)
     embedded = embed_corpus(corpus, embedder, cache)
     qvecs, embed_query_s = embed_queries(corpus, embedder, cache)
@@ -458,6 +366,7 @@ def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[
             raise RuntimeError(f"{len(failed)} documents failed to index: {failed[0].error}")
         rankers = {"index": index_ranker(index), "numpy": brute_force_ranker(index, embedded.vectors)}
         scores = evaluate(corpus, rankers, qvecs)
+        rankings = set_rankings(corpus, index, qvecs)
     finally:
         index.close()
     n = len(corpus.chunks)
@@ -466,7 +375,7 @@ def _measure(corpus: Corpus, embedder: Embedder, work: Path) -> tuple[list[dict[
         _embedding_note(n, embedded) + f" A query embeds in {1000 * embed_query_s:.0f} ms.",
         _agreement(corpus, scores),
     ]
-    return _rows(corpus, scores, embed_query_s), notes
+    return _rows(corpus, scores, embed_query_s), notes, rankings
 
 
 def _embedding_note(n: int, embedded: Embedded) -> str:
@@ -478,22 +387,30 @@ def _embedding_note(n: int, embedded: Embedded) -> str:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    corpora, notes = _corpora(quick)
+    sets, notes = corpora(quick)
     rows: list[dict[str, Any]] = []
+    rankings: list[SetRankings] = []
     embedder = open_embedder(EmbeddingConfig(provider="local"))
     assert embedder is not None  # provider "local"
     try:
         with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as work:
-            for corpus in corpora:
-                corpus_rows, corpus_notes = _measure(corpus, embedder, Path(work))
+            for corpus in sets:
+                corpus_rows, corpus_notes, corpus_rankings = _measure(corpus, embedder, Path(work))
                 rows += corpus_rows
                 notes += corpus_notes
+                rankings.append(corpus_rankings)
     finally:
         embedder.close()
+    fusion_table: list[dict[str, Any]] = []
+    if len(rankings) > 1:
+        fold_rows, fold_note, fusion_table = fusion_choice(rankings)
+        rows += fold_rows
+        notes.append(fold_note)
     return {
         "title": "Retrieval quality: bm25, vector and hybrid on FAQ question/answer pairs",
         "peer": "bm25 and vector alone (same index, same run)",
         "rows": rows,
+        "fusion_table": fusion_table,
         "summary": f"Model: {embedder.model_id}. Load average at the end: {os.getloadavg()[0]:.1f} "
         f"({os.cpu_count()} cores; timings are per query, in this process, with other work on the machine). Hits: {CANDIDATES} chunks per query, mapped to documents "
         f"(first occurrence); hybrid = the index's RRF (k={RRF_K}, the vector ranking weighted "

@@ -1,16 +1,23 @@
-"""The retrieval benchmark's corpus: FAQ entries split into question and answer, and its metrics."""
+"""The retrieval benchmark's corpus (FAQ entries split into question and answer, the PostgreSQL
+questions), its metrics and its choice of fusion rule by leave-one-set-out."""
 
 from __future__ import annotations
 
-from benchmarks.retrieval import (
-    answer_page,
-    document_ranking,
-    faq_entries,
-    recall_at,
-    reciprocal_rank,
-    rrf,
+import pytest
+
+from benchmarks._retrieval_corpus import answer_page, faq_entries
+from benchmarks._retrieval_fusion import (
+    PREVIOUS,
+    FusionRule,
+    SetRankings,
+    choose_rule,
+    leave_one_set_out,
+    score_table,
 )
+from benchmarks._retrieval_pg import PG_MANUAL, PG_QUESTIONS
+from benchmarks.retrieval import document_ranking, recall_at, reciprocal_rank, rrf
 from include.contract import RawDocument
+from include.index.base import SearchHit
 from plugins.parsers.registry import parse_document
 
 SPHINX = """<html><body><div class="body" role="main">
@@ -81,7 +88,64 @@ def test_documents_rank_by_their_first_chunk_and_metrics_read_that_order() -> No
 
 
 def test_rrf_rewards_agreement_and_breaks_ties_by_best_rank() -> None:
-    # x: 1/61 + 1/63; y: 1/62 + 1/62 (lower); z and w appear once, z at rank 1 beats w at rank 3
+    # k 10: x 1/11 + 1/13; y 1/12 + 1/12 (lower); z and w appear once, z at rank 1 beats w at rank 3
     fused = rrf([["x", "y", "w"], ["z", "y", "x"]])
     assert fused[:2] == ["x", "y"]
     assert fused.index("z") < fused.index("w")
+
+
+def _set(name: str, queries: list[tuple[list[str], list[str], str]]) -> SetRankings:
+    """A set from (bm25 chunk ids, vector chunk ids, the relevant chunk) per query; one chunk per document."""
+    out = SetRankings(name, {})
+    for bm25, vector, relevant in queries:
+        out.doc_of.update({c: c for c in [*bm25, *vector]})
+        out.relevant.append(frozenset({relevant}))
+        out.bm25.append([SearchHit(chunk_id=c, doc_id=c, source="s", score=1.0, text="") for c in bm25])
+        out.vector.append([SearchHit(chunk_id=c, doc_id=c, source="s", score=1.0, text="") for c in vector])
+    return out
+
+
+def _table(sets: list[SetRankings], rules: list[FusionRule]):  # type: ignore[no-untyped-def]
+    return score_table(sets, 10, document_ranking, recall_at, reciprocal_rank, rules)
+
+
+# The answer "r": found by one ranking only (the other's first hit ties with it under equal weights,
+# and the chunk id breaks the tie), or by both.
+VECTOR_RIGHT = (["c1", "c2", "c3"], ["r", "v2", "v3"], "r")  # weight 1: r second; weight 3: first
+BM25_RIGHT = (["r", "c2", "c3"], ["v1", "v2", "v3"], "r")  # weight 1: r first; weight 3: fourth
+AGREE = (["x", "r", "y"], ["z", "w", "r"], "r")  # first under either weight
+
+
+def test_the_rule_of_each_fold_is_chosen_without_the_held_out_set() -> None:
+    plain, vector_heavy = FusionRule(60, 1.0), FusionRule(60, 3.0)
+    rules = [plain, vector_heavy]
+    # two sets where the vector ranking is right, one where BM25 is: weight 3 wins on the first two
+    sets = [
+        _set("v1", [VECTOR_RIGHT, VECTOR_RIGHT, AGREE]),
+        _set("v2", [VECTOR_RIGHT, AGREE]),
+        _set("b", [BM25_RIGHT, BM25_RIGHT, AGREE]),
+    ]
+    folds = {f.held_out: f for f in leave_one_set_out(_table(sets, rules), rules)}
+    assert folds["b"].rule == vector_heavy  # chosen on v1 and v2 only ...
+    assert folds["b"].margin < 0  # ... and it trails BM25 on the set it never saw
+    # held out, v1's rule comes from v2 and b: weight 3 trails BM25 on b, weight 1 trails nothing
+    assert folds["v1"].rule == plain
+    # the fold of a set does not change when that set's own rankings do
+    flipped = [sets[0], sets[1], _set("b", [VECTOR_RIGHT, VECTOR_RIGHT, AGREE])]
+    assert {f.held_out: f.rule for f in leave_one_set_out(_table(flipped, rules), rules)}["b"] == vector_heavy
+
+
+def test_equally_good_rules_resolve_to_the_one_nearest_plain_rrf() -> None:
+    rules = [FusionRule(10, 2.0), FusionRule(60, 1.0), FusionRule(120, 1.5)]
+    sets = [_set("a", [AGREE]), _set("b", [AGREE, AGREE])]
+    assert choose_rule(_table(sets, rules), ["a", "b"], rules) == FusionRule(60, 1.0)
+    assert FusionRule(60, 3.0) == PREVIOUS  # the default before issue 32, scored beside the choice
+
+
+def test_the_postgresql_questions_name_pages_the_manual_has() -> None:
+    assert len(PG_QUESTIONS) >= 40 and len(set(PG_QUESTIONS)) == len(PG_QUESTIONS)
+    assert all(pages and len(set(pages)) == len(pages) for pages in PG_QUESTIONS.values())
+    if not PG_MANUAL.is_dir():
+        pytest.skip("postgresql-doc-15 is not installed")
+    missing = [p for pages in PG_QUESTIONS.values() for p in pages if not (PG_MANUAL / f"{p}.html").is_file()]
+    assert missing == []

@@ -76,11 +76,11 @@ def test_hybrid_fuses_bm25_and_vector_rankings_by_rrf(backend: IndexBackend) -> 
     assert [h.chunk_id for h in bm25] == [ids[2], ids[0]]  # the repeated terms win
     assert [h.chunk_id for h in vector] == [ids[1], ids[2], ids[0]]
     hits = backend.search("incremental sync", k=3, mode="hybrid", query_vector=QUERY)
-    # the vector ranking weighs 3 (DEFAULT_VECTOR_WEIGHT): ids[2]: 1/61 + 3/62; ids[0]: 1/62 + 3/63;
-    # ids[1]: 3/61 (in the vector ranking only)
+    # k 10, the vector ranking weighs 2 (HYBRID_RANK_CONSTANT, DEFAULT_VECTOR_WEIGHT): ids[2]: 1/11 + 2/12;
+    # ids[0]: 1/12 + 2/13; ids[1]: 2/11 (in the vector ranking only)
     assert [h.chunk_id for h in hits] == [ids[2], ids[0], ids[1]]
     assert [h.ranks for h in hits] == [{"bm25": 1, "vector": 2}, {"bm25": 2, "vector": 3}, {"vector": 1}]
-    assert hits[0].score == pytest.approx(1 / 61 + 3 / 62)
+    assert hits[0].score == pytest.approx(1 / 11 + 2 / 12)
     assert [h.chunk_id for h in hits] == [h.chunk_id for h in fuse_hybrid(bm25, vector, 3)]
     assert hits[0].text == TEXTS[2] and hits[0].embedding_model == MODEL
     assert len(backend.search("incremental sync", k=1, mode="hybrid", query_vector=QUERY)) == 1

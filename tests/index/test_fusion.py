@@ -9,7 +9,9 @@ import pytest
 from include.config import IndexConfig
 from include.index.base import SearchHit, check_search_mode
 from include.index.fusion import (
+    DEFAULT_RANK_CONSTANT,
     DEFAULT_VECTOR_WEIGHT,
+    HYBRID_RANK_CONSTANT,
     check_vector_weight,
     fuse_hybrid,
     hybrid_depth,
@@ -76,17 +78,17 @@ def test_weights_scale_a_rankings_share() -> None:
     # equal weights: a tie broken by the best rank, then the id
     assert [h.chunk_id for h in reciprocal_rank_fusion({"bm25": bm25, "vector": vector}, 2)] == ["a", "b"]
     # the vector ranking weighted 3x: its first hit wins, score 3/61 + 1/62
-    fused = fuse_hybrid(bm25, vector, 2, vector_weight=3.0)
+    fused = fuse_hybrid(bm25, vector, 2, vector_weight=3.0, rank_constant=60)
     assert [h.chunk_id for h in fused] == ["b", "a"]
     assert fused[0].score == pytest.approx(3 / 61 + 1 / 62) and fused[0].ranks == {"bm25": 2, "vector": 1}
-    assert [h.chunk_id for h in fuse_hybrid(bm25, vector, 2, vector_weight=1.0)] == ["a", "b"]
+    assert [h.chunk_id for h in fuse_hybrid(bm25, vector, 2, vector_weight=1.0, rank_constant=60)] == ["a", "b"]
 
 
 @pytest.mark.parametrize("bad", [0, -1, "x", None, float("inf"), float("nan")])
 def test_vector_weight_must_be_a_positive_number(bad: object) -> None:
     with pytest.raises(ValueError, match="hybrid_vector_weight"):
         check_vector_weight(bad)
-    assert check_vector_weight("2.5") == 2.5 and DEFAULT_VECTOR_WEIGHT == 3.0
+    assert check_vector_weight("2.5") == 2.5
 
 
 def test_sqlite_index_reads_its_vector_weight(tmp_path: Path) -> None:
@@ -96,3 +98,15 @@ def test_sqlite_index_reads_its_vector_weight(tmp_path: Path) -> None:
     assert opened.hybrid_vector_weight == 1.0
     with pytest.raises(ValueError, match="hybrid_vector_weight"):
         SqliteFtsIndex.from_config(IndexConfig(options={"path": str(tmp_path / "j.db"), "hybrid_vector_weight": 0}))
+
+
+def test_hybrid_search_fuses_by_the_rule_chosen_with_each_benchmark_set_held_out() -> None:
+    """k 10, vector weight 2 (module docstring; benchmarks/_retrieval_fusion.py): the top ranks count
+    more than under the paper's k 60, and the vector ranking twice the BM25 one (it was 3)."""
+    assert (HYBRID_RANK_CONSTANT, DEFAULT_VECTOR_WEIGHT, DEFAULT_RANK_CONSTANT) == (10, 2.0, 60)
+    bm25, vector = _hits("a", "b", "c"), _hits("c", "x", "y")
+    fused = fuse_hybrid(bm25, vector, 3)
+    # c: 1/13 + 2/11; then x (2/12) and y (2/13), both ahead of BM25's first, a (1/11)
+    assert [h.chunk_id for h in fused] == ["c", "x", "y"]
+    assert fused[0].score == pytest.approx(1 / 13 + 2 / 11)
+    assert fuse_hybrid(bm25, vector, 3, 3.0, 60)[0].score == pytest.approx(1 / 63 + 3 / 61)
