@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from cryptography.fernet import Fernet
 
 from plugins.connectors.feishu.client import FeishuClient, FeishuSettings
 from tests.simulators.feishu import FeishuSimulator
@@ -36,6 +37,14 @@ def settings(sim: FeishuSimulator, sim_url: str) -> FeishuSettings:
 def client(settings: FeishuSettings) -> Iterator[FeishuClient]:
     with FeishuClient(settings) as c:
         yield c
+
+
+@pytest.fixture
+def secret_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A Fernet key in TRIBUTARY_SECRET_KEY: user mode keeps its refresh chain in the state DB."""
+    key = Fernet.generate_key().decode()
+    monkeypatch.setenv("TRIBUTARY_SECRET_KEY", key)
+    return key
 
 
 @pytest.fixture

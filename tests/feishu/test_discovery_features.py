@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cryptography.fernet import Fernet
 
 from include.config import SourceConfig
 from include.contract import ChangeKind
@@ -81,14 +82,17 @@ def _user_settings(sim: FeishuSimulator, url: str, refresh: str, redis_url: str 
     )
 
 
-def test_user_mode_from_the_connection(sim: FeishuSimulator, sim_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_user_mode_from_the_connection(
+    sim: FeishuSimulator, sim_url: str, monkeypatch: pytest.MonkeyPatch, tributary_home
+) -> None:
     refresh = sim.grant_user()
     conn = {
         "conn_type": "http",
         "login": sim.app_id,
         "password": sim.app_secret,
         "host": sim_url,
-        "extra": {"auth": "user", "refresh_token": refresh},
+        # the refresh chain is kept encrypted in the state database with the Connection's key
+        "extra": {"auth": "user", "refresh_token": refresh, "token_store_key": Fernet.generate_key().decode()},
     }
     monkeypatch.setenv("AIRFLOW_CONN_FEISHU_DEFAULT", json.dumps(conn))
     folder = sim.add_folder("我的空间")
@@ -118,7 +122,7 @@ def test_user_tokens_and_the_rotating_refresh_token_are_shared(
     assert sim.counters["user_token_refreshes"] == 2
 
 
-def test_user_token_refusals_are_worded_and_final(sim: FeishuSimulator, sim_url: str) -> None:
+def test_user_token_refusals_are_worded_and_final(sim: FeishuSimulator, sim_url: str, secret_key: str) -> None:
     folder = sim.add_folder("f")
     refresh = sim.grant_user()
     sim.user_token_refused = {"list"}  # 99991668: this API does not take user tokens

@@ -130,6 +130,7 @@ def test_csv_sheets_raw_content_and_slides_reach_the_index(
     sheet = sim.add("sheet", "区域", folder, {"华东": [["城市"], ["杭州湾"]], "西南": [["城市"], ["成都平原"]]})
     doc = sim.add("docx", "说明", folder, "# 说明\n纯文本快速通道")
     deck = sim.add("slides", "汇报", folder, "年度路线图")
+    sim.slides_export = True  # an export API that takes slides (the documented one refuses them)
     source = feishu_source(folder, export_formats={"sheet": "csv"}, docx_fetch="raw_content")
     summary = run_pipeline(source)
     assert summary.status == "success" and (summary.counts["new"], summary.counts["failed"]) == (3, 0)

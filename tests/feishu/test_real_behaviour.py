@@ -170,6 +170,7 @@ def test_11_csv_exports_name_each_sheet_and_table(sim: FeishuSimulator, feishu_c
 
 
 def test_11_slides_are_exported_to_pptx(sim: FeishuSimulator, feishu_conn: str) -> None:
+    sim.slides_export = True  # an export API that takes slides (the documented one refuses them)
     folder = sim.add_folder("f")
     deck = sim.add("slides", "路线图", folder, "第一季度\n第二季度")
     with _connector([folder]) as c:

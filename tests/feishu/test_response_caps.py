@@ -62,7 +62,7 @@ OVER_DEFAULT = 65 * MIB
 
 
 @pytest.mark.parametrize("auth", ["tenant", "user"])
-def test_a_token_answer_is_capped_at_the_default_limit(sim, settings, auth):
+def test_a_token_answer_is_capped_at_the_default_limit(sim, settings, auth, secret_key):
     path = "/auth/v3/tenant_access_token/internal" if auth == "tenant" else "/authen/v2/oauth/token"
     refresh = sim.grant_user() if auth == "user" else None
     as_user = FeishuSettings(**{**_fields(settings), "auth": auth, "refresh_token": refresh})

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from tests.simulators._feishu_hostile import HostileBodies
-from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, ONLINE_TYPES, _Task
+from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, META_DOC_TYPES, ONLINE_TYPES, _Task
 from tests.support.leakscan import register_secret
 
 if TYPE_CHECKING:
@@ -24,6 +24,13 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         register(app, sim)
     app.add_middleware(HostileBodies, switches=sim.hostile)
     return app
+
+
+def _field_error(code: int, name: str, value: str) -> JSONResponse:
+    """A 400 parameter refusal naming the field (the generic envelope's ``error.field_violations``)."""
+    violation = {"field": name, "value": value, "description": f"{name} is not a supported value"}
+    error = {"log_id": secrets.token_hex(8), "field_violations": [violation]}
+    return JSONResponse({"code": code, "msg": "invalid param", "error": error}, status_code=400)
 
 
 def _auth_routes(app: FastAPI, sim: FeishuSimulator) -> None:
@@ -42,7 +49,11 @@ def _auth_routes(app: FastAPI, sim: FeishuSimulator) -> None:
             if sim.token_error is not None:
                 status, code, msg = sim.token_error
                 return JSONResponse({"code": code, "msg": msg}, status_code=status)
-            if body["app_id"] != sim.app_id or body["app_secret"] != sim.app_secret:
+            # larksuite/cli's tests: 10003 for an app id the platform does not know, 10014 for
+            # a wrong secret (HTTP 200); the generic table also names 10015 a wrong secret.
+            if body["app_id"] != sim.app_id:
+                return sim._err(400, 10003, "invalid param")
+            if body["app_secret"] != sim.app_secret:
                 return JSONResponse({"code": 10014, "msg": "app secret invalid"})
             now = sim.now()
             cur = sim._current
@@ -61,14 +72,26 @@ def _auth_routes(app: FastAPI, sim: FeishuSimulator) -> None:
     async def oauth_token(request: Request) -> Response:
         # authen-v2 oauth/token, grant_type refresh_token: top-level fields; the refresh token
         # rotates (the one sent is spent, a new one comes back with refresh_token_expires_in).
+        # A spent one answers 20064 (the reference's reuse codes: 20064 / 20073); 20037 is a
+        # grant past its 365 days (``expire_user_grant``).
         body = await request.json()
         with sim._lock:
             sim.counters["user_token_refreshes"] += 1
             if body.get("client_id") != sim.app_id or body.get("client_secret") != sim.app_secret:
                 return JSONResponse({"code": 20002, "error": "invalid_client"}, status_code=400)
-            user = sim.user_refresh_tokens.pop(str(body.get("refresh_token")), None)
-            if body.get("grant_type") != "refresh_token" or user is None:
+            sent = str(body.get("refresh_token"))
+            if sim.refresh_errors:  # 20050 / 20072: the server failed, the token is not spent
+                return JSONResponse({"code": sim.refresh_errors.pop(0), "error": "server_error"}, status_code=500)
+            if sent in sim.expired_grants:
                 return JSONResponse({"code": 20037, "error": "invalid_grant"}, status_code=400)
+            user = sim.user_refresh_tokens.pop(sent, None)
+            if body.get("grant_type") != "refresh_token" or user is None:
+                sim.counters["user_refresh_reuse_rejections"] += sent in sim.spent_refresh_tokens
+                return JSONResponse(
+                    {"code": 20064, "error": "invalid_grant", "error_description": "refresh token revoked or used"},
+                    status_code=400,
+                )
+            sim.spent_refresh_tokens.add(sent)
             token, fresh = f"u-{secrets.token_hex(20)}", f"ur-{secrets.token_hex(20)}"
             register_secret("feishu user_access_token", token)
             register_secret("feishu refresh_token", fresh)
@@ -157,6 +180,11 @@ def _meta_routes(app: FastAPI, sim: FeishuSimulator) -> None:
         docs = body.get("request_docs") or []
         if not 1 <= len(docs) <= 200:
             return sim._err(400, 1061002, "params error")
+        # doc_type is an enum (meta batch_query): a value outside it refuses the whole request
+        refused = sorted({d.get("doc_type") for d in docs} - (META_DOC_TYPES - sim.meta_refused_types))
+        if refused:
+            sim.counters["meta_refused"] += 1
+            return _field_error(1061002, "request_docs.doc_type", str(refused[0]))
         metas, failed = [], []
         with sim._lock:
             for d in docs:
@@ -191,10 +219,13 @@ def _export_routes(app: FastAPI, sim: FeishuSimulator) -> None:
             return denied
         body = await request.json()
         token, kind, ext = body.get("token", ""), body.get("type", ""), body.get("file_extension", "")
-        known_ext = {"docx", "pdf", "xlsx", "csv", "pptx"}
-        if kind not in ONLINE_TYPES or ext not in known_ext or not token or len(token) > 27:
-            return sim._err(400, 1069904, "invalid param")
+        # export_task create: type doc/docx/sheet/bitable, file_extension docx/pdf/xlsx/csv;
+        # slides/pptx only in the opt-in ``slides_export`` mode (an API that would take them)
+        known_ext = {"docx", "pdf", "xlsx", "csv"} | ({"pptx"} if sim.slides_export else set())
         if kind == "slides" and not sim.slides_export:
+            sim.counters["slides_export_refusals"] += 1
+            return _field_error(1069904, "type", kind)
+        if kind not in ONLINE_TYPES or ext not in known_ext or not token or len(token) > 27:
             return sim._err(400, 1069904, "invalid param")
         if ext not in _ALLOWED_EXT[kind]:
             return sim._err(400, 1069918, "file extension not match type")
@@ -215,6 +246,7 @@ def _export_routes(app: FastAPI, sim: FeishuSimulator) -> None:
             render = sim.export_render_seconds if render is None else render
             task = _Task(ticket, token, kind, ext, pending, item.export_status, sim.now() + render)
             task.sub_id = body.get("sub_id")
+            task.tokenless_polls = item.export_tokenless_polls
             sim._tasks[ticket] = task
             sim.counters["export_creations"] += 1
             sim.export_creations_by_token[token] += 1
@@ -260,6 +292,9 @@ def _export_poll_routes(app: FastAPI, sim: FeishuSimulator) -> None:
                     task.file_token = sim._new_token("file")
                     sim._files[task.file_token] = task
             result.update(job_status=task.status, job_error_msg=_JOB_MSG.get(task.status, "error"))
+            if task.status == 0 and task.tokenless_polls > 0:
+                task.tokenless_polls -= 1  # job_status 0 while its file_token is not set yet
+                return sim._ok({"result": result})
             if task.status == 0:
                 result.update(file_name=task.file_name, file_token=task.file_token, file_size=len(task.data))
         return sim._ok({"result": result})
@@ -365,9 +400,14 @@ def _docs_routes(app: FastAPI, sim: FeishuSimulator) -> None:
         if denied := sim._gate(request, "sheets_query"):
             return denied
         with sim._lock:
-            item = sim._visible(token)
+            item = sim.items.get(token)
+            # sheets-v3 sheets/query errors come with HTTP 400 (its error-code table)
             if item is None or item.type != "sheet":
-                return sim._err(404, 1310249, "spreadsheet not found")
+                return sim._err(400, 1310214, "SpreadSheet Not Found")
+            if item.trashed:
+                return sim._err(400, 1310249, "Spreadsheet Deleted")
+            if not item.shared:
+                return sim._err(400, 1310213, "Permission Fail")
             pairs = zip(sim.sheets_of(item), sim.sheet_ids(item), strict=True)
             sheets = [{"sheet_id": sid, "title": t, "index": n} for n, ((t, _r), sid) in enumerate(pairs)]
         return sim._ok({"sheets": sheets})
@@ -377,9 +417,12 @@ def _docs_routes(app: FastAPI, sim: FeishuSimulator) -> None:
         if denied := sim._gate(request, "bitable_tables"):
             return denied
         with sim._lock:
-            item = sim._visible(token)
-            if item is None or item.type != "bitable":
-                return sim._err(404, 1254002, "app not found")
+            item = sim.items.get(token)
+            # bitable-v1 app-table/list errors come with HTTP 200 (1254302 with 403)
+            if item is None or item.type != "bitable" or item.trashed:
+                return sim._err(200, 1254040, "BaseTokenNotFound")
+            if not item.shared:
+                return sim._err(403, 1254302, "The role has no permissions.")
             pairs = zip(sim.sheets_of(item), sim.sheet_ids(item), strict=True)
             tables = [{"table_id": sid, "name": t, "revision": 1} for (t, _r), sid in pairs]
         return sim._ok({"items": tables, "has_more": False, "total": len(tables)})
@@ -403,6 +446,8 @@ def _docs_routes(app: FastAPI, sim: FeishuSimulator) -> None:
             item = sim._visible(token)
             if item is None or item.type != "docx":
                 return sim._err(404, 1770002, "not found")
+            if item.raw_content_too_large:  # docx raw_content: 400 1770033 content size exceed limit
+                return sim._err(400, 1770033, "content size exceed limit")
             sim.counters["raw_content_reads"] += 1
             text = "\n".join(line.removeprefix("# ") for line in str(item.content or "").splitlines()) + "\n"
         return sim._ok({"content": text})

@@ -52,8 +52,10 @@ _ALLOWED_EXT = {
     "docx": {"docx", "pdf"},
     "sheet": {"xlsx", "csv"},
     "bitable": {"xlsx", "csv"},
-    "slides": {"pptx"},  # the newest export API / lark-oapi ExportTask (issue 20.11)
+    "slides": {"pptx"},  # only with ``slides_export`` (issue 20.11; not in the documented API)
 }
+# drive-v1 meta batch_query: the documented doc_type enum (no slides)
+META_DOC_TYPES = frozenset({"doc", "sheet", "bitable", "mindnote", "file", "wiki", "docx", "folder", "synced_block"})
 # Listing URL path per type, as the real drive/v1/files answers them (issue 20.10: bitable is
 # /base/, legacy doc /docs/).
 _URL_PATH = {
@@ -119,6 +121,8 @@ class SimItem:
     revision: int = 1  # docx revision_id: +1 per edit
     wiki_node_type: str = "origin"  # or "shortcut" (then wiki_origin names the origin node)
     wiki_origin: str | None = None
+    export_tokenless_polls: int = 0  # polls answering job_status 0 before the file_token is set
+    raw_content_too_large: bool = False  # docx raw_content answers 400 1770033
 
 
 @dataclass
@@ -136,6 +140,7 @@ class _Task:
     data: bytes = b""
     file_name: str = ""
     sub_id: str | None = None
+    tokenless_polls: int = 0
 
 
 @dataclass
@@ -171,8 +176,16 @@ class FeishuSimulator:
     wiki_errors: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     wiki_empty_pages: bool = False  # an empty page with has_more: true before every real page
     list_cursor_loop: int = 0  # hostile: this many pages answer has_more with the same cursor
-    slides_export: bool = True  # false: the older export API that refuses slides (1069904)
+    # true: an export API that takes slides -> pptx; the documented one refuses type slides
+    # (400 1069904 with a field violation), which is the default
+    slides_export: bool = False
     user_refresh_tokens: dict[str, str] = field(default_factory=dict)  # refresh token -> user
+    spent_refresh_tokens: set[str] = field(default_factory=set)  # used once: reuse answers 20064
+    expired_grants: set[str] = field(default_factory=set)  # refresh tokens answering 20037
+    refresh_errors: list[int] = field(default_factory=list)  # queued refresh answers (20050, 20072)
+    meta_refused_types: set[str] = field(default_factory=set)  # doc_type values batch_query refuses
+    # api -> queued (HTTP status, code) answers after the auth check (e.g. bitable's HTTP 200 + code)
+    api_errors: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     hostile: HostileAnswers = field(default_factory=HostileAnswers)  # oversized / bomb bodies
 
     def __post_init__(self) -> None:
@@ -321,6 +334,9 @@ class FeishuSimulator:
                 # (faq how-to-fix-99991663-error: "or the API does not support tenant tokens").
                 self.counters["token_rejections"] += 1
                 return self._err(400, 99991663, "Invalid access token for authorization.")
+            if queued := self.api_errors.get(api):
+                status, code = queued.pop(0)
+                return self._err(status, code, "queued error")
             for b in self._bursts:
                 if b.remaining > 0 and (b.api is None or b.api == api):
                     b.remaining -= 1

@@ -33,11 +33,13 @@ DEFAULT_LIMITS: dict[str, tuple[tuple[int, float], ...]] = {
     "wiki_spaces": ((100, 60.0),),
     # docx get and raw_content share the documented 5/s per app.
     "docx_get": ((5, 1.0),),
-    # Not stated in the reference notes: conservative guesses, overridable with rate_limits.
+    # sheets-v3 spreadsheet-sheet/query: 100/min; bitable-v1 app-table/list: 20/s.
+    "sheets_query": ((100, 60.0),),
+    "bitable_tables": ((20, 1.0),),
+    # authen-v2 oauth/token (refresh): 1000/min and 50/s.
+    "user_token": ((50, 1.0), (1000, 60.0)),
+    # root_folder/meta documents no limit: a conservative guess, overridable with rate_limits.
     "root_meta": ((5, 1.0),),
-    "sheets_query": ((5, 1.0),),
-    "bitable_tables": ((10, 1.0),),
-    "user_token": ((5, 1.0),),
 }
 
 

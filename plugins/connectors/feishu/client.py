@@ -29,7 +29,6 @@ from include.retry import RetryPolicy
 from plugins.connectors.feishu.answers import DEFAULT_MAX_RESPONSE_BYTES, Answer, decode_json, read_answer
 from plugins.connectors.feishu.budget import RequestBudget
 from plugins.connectors.feishu.errors import (
-    FeishuCredentialsError,
     FeishuDataError,
     FeishuError,
     FeishuNetworkError,
@@ -37,8 +36,10 @@ from plugins.connectors.feishu.errors import (
     FeishuTokenInvalid,
     FeishuTokenRejected,
     credentials_error,
+    refresh_refused,
 )
 from plugins.connectors.feishu.token import TokenCache, UserTokenCache
+from plugins.connectors.feishu.user_store import StoredUserToken, open_user_tokens
 
 __all__ = [
     "Download",
@@ -78,6 +79,10 @@ class FeishuSettings:
     refresh_token: str | None = None
     # The largest JSON answer read, after its content-coding (Connection extra of that name).
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    # auth "user": the rotating refresh token is kept encrypted in this database (default: the
+    # state database) with this Fernet key (default: TRIBUTARY_SECRET_KEY / AIRFLOW__CORE__FERNET_KEY)
+    token_store_url: str | None = None
+    token_store_key: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -206,17 +211,9 @@ class FeishuClient:
         )
         self._redis = _redis_client(settings.redis_url)
         self.budget = RequestBudget(settings.app_id, redis_client=self._redis, limits=settings.limits)
-        self.tokens: TokenCache | UserTokenCache
+        self.tokens: TokenCache | UserTokenCache | StoredUserToken
         if settings.auth == "user":
-            if not settings.refresh_token:
-                raise ValueError("auth 'user' needs the user's OAuth refresh_token in the Connection")
-            self.tokens = UserTokenCache(
-                settings.app_id,
-                settings.refresh_token,
-                self._refresh_user_token,
-                redis_client=self._redis,
-                safety_margin=settings.token_margin,
-            )
+            self.tokens = open_user_tokens(settings, self._refresh_user_token, self._redis)
         else:
             self.tokens = TokenCache(
                 settings.app_id, self._fetch_token, redis_client=self._redis, safety_margin=settings.token_margin
@@ -227,6 +224,7 @@ class FeishuClient:
 
     def close(self) -> None:
         self._http.close()
+        self.tokens.close()
         if self._redis is not None:
             self._redis.close()
 
@@ -273,14 +271,8 @@ class FeishuClient:
             data = decode_json(answer)
         except FeishuError as exc:
             if exc.retryable and not isinstance(exc, FeishuTokenInvalid):
-                raise
-            raise FeishuCredentialsError(
-                f"user token refresh for app {self.settings.app_id} refused: the refresh token is invalid, "
-                f"expired or already used; authorize again and store the new refresh token ({exc.args[0]})",
-                code=exc.code,
-                status=exc.status,
-                log_id=exc.log_id,
-            ) from exc
+                raise  # 20050 / 20072, 5xx, rate limits: the refresh token was not spent
+            raise refresh_refused(exc, self.settings.app_id) from exc
         token, expire = data.get("access_token"), data.get("expires_in")
         new_refresh, refresh_expire = data.get("refresh_token"), data.get("refresh_token_expires_in")
         if not (isinstance(token, str) and isinstance(expire, int) and isinstance(new_refresh, str)):

@@ -4,7 +4,9 @@ Connection ``feishu_default`` (or the source's ``conn_id``): ``login`` = app id,
 app secret, ``host`` = site root (``https://open.feishu.cn``; Lark's
 ``https://open.larksuite.com`` works the same), or ``extra.host``/``extra.base_url``;
 ``extra.auth`` = ``tenant`` (the app's identity, default) or ``user`` (with
-``extra.refresh_token``, the user's OAuth grant); ``extra.max_response_bytes``: the largest JSON
+``extra.refresh_token``, the user's OAuth grant, and ``extra.token_store_key``, the Fernet key
+that encrypts its rotating successor in the state database: ``user_store.py``);
+``extra.max_response_bytes``: the largest JSON
 answer read, after its content-coding (default 64 MiB; a file download is capped by the source's
 ``max_file_bytes``). The connector reads the record when a client is first needed, never at
 import or DAG parse time; the Airflow hook (``plugins.tributary_airflow.hooks.feishu``) uses the
@@ -42,6 +44,8 @@ def settings_from_conn(conn: ConnectionRecord, *, redis_url: str | None = None, 
         )
     if extra.get("max_response_bytes") is not None:
         overrides = {"max_response_bytes": int(extra["max_response_bytes"]), **overrides}
+    if auth == "user" and extra.get("token_store_key"):
+        overrides = {"token_store_key": str(extra["token_store_key"]), **overrides}
     return FeishuSettings(
         app_id=conn.login,
         app_secret=conn.password,

@@ -43,6 +43,7 @@ from include.config import SourceConfig
 from include.connections import get_connection
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from include.settings import get_settings
+from include.stores.source_notes import SourceNotes
 from plugins.connectors.base import (
     Connector,
     ConnectorContext,
@@ -54,7 +55,7 @@ from plugins.connectors.base import (
 from plugins.connectors.feishu.client import Download, FeishuClient, FeishuSettings
 from plugins.connectors.feishu.connection import DEFAULT_CONN_ID, settings_from_conn
 from plugins.connectors.feishu.discovery import meta_status, resolve_folders, resolve_spaces
-from plugins.connectors.feishu.errors import FeishuError
+from plugins.connectors.feishu.errors import CONTENT_TOO_LARGE, FeishuError
 from plugins.connectors.feishu.exports import (
     DEFAULT_FORMATS,
     ExportTicket,
@@ -65,6 +66,7 @@ from plugins.connectors.feishu.exports import (
 from plugins.connectors.feishu.listing import DEFAULT_TYPES, DriveItem, Walk, walk_drive
 from plugins.connectors.feishu.options import FeishuOptions
 from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
+from plugins.connectors.feishu.slides import SKIP_REASON, SlidesGate
 
 __all__ = ["FeishuConnector", "default_tenant_url"]
 
@@ -96,6 +98,8 @@ class FeishuConnector(Connector):
         self.options = FeishuOptions.model_validate(source.options)
         self._client: FeishuClient | None = None
         self._settings: FeishuSettings | None = None
+        self._slides: SlidesGate | None = None
+        self._notes: SourceNotes | None = None
 
     # ----------------------------------------------------------------- plumbing
 
@@ -135,9 +139,25 @@ class FeishuConnector(Connector):
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._notes is not None:
+            self._notes.close()
+            self._notes = None
 
     def input_dataset(self) -> tuple[str, str]:
         return (self.settings.host if self._settings else "feishu", ",".join(self.options.folders))
+
+    @property
+    def slides(self) -> SlidesGate:
+        if self._slides is None:
+            self._slides = SlidesGate(self._source_notes, self.source.source_id, self.settings.app_id)
+        return self._slides
+
+    def _source_notes(self) -> SourceNotes:
+        if self._notes is None:
+            settings = get_settings()
+            settings.ensure_dirs()  # the default state database is a file under TRIBUTARY_HOME
+            self._notes = SourceNotes(settings.state_url)
+        return self._notes
 
     @property
     def formats(self) -> dict[str, str]:
@@ -192,22 +212,24 @@ class FeishuConnector(Connector):
         if missing and not request.only_keys:
             deleted = self._recheck_missing(walk, missing)
         changes: list[Change] = []
-        counts = {"new": 0, "changed": 0, "unchanged": 0, "outside_window": 0, "deleted": len(deleted)}
+        counts = {"outside_window": 0, "deleted": len(deleted)}
         for key, item in walk.items.items():
             if request.only_keys and key not in request.only_keys:
                 continue
             if not self._in_window(item, request.window_start, request.window_end):
                 counts["outside_window"] += 1
                 continue
-            change = self._change(key, item, request.known.get(key))
-            counts[change.kind.value] += 1
-            changes.append(change)
+            changes.append(self._change(key, item, request.known.get(key)))
         if self.options.docx_revision_check:
             changes = [self._by_revision(ch, request.known.get(ch.item_key)) for ch in changes]
-            counts.update({k: sum(c.kind.value == k for c in changes) for k in ("new", "changed", "unchanged")})
+        changes, slides = self.slides.split(self.client, changes, self.formats.get("slides", "pptx"))
+        counts.update({k: sum(c.kind.value == k for c in changes) for k in ("new", "changed", "unchanged")})
         changes += deleted
         stats = {
             **counts,
+            # same shape as the engine plan's "skipped" entries: lineage "skipped", not a failure
+            "skipped": [{"item_key": c.item_key, "reason": SKIP_REASON} for c in slides],
+            SKIP_REASON: len(slides),
             "listed": len(walk.items),
             "folders": walk.folders,
             "skipped_types": walk.skipped_types,
@@ -285,6 +307,9 @@ class FeishuConnector(Connector):
         try:
             text = self.client.docx_raw_content(change.item_key)
         except FeishuError as exc:
+            if exc.code == CONTENT_TOO_LARGE:  # over raw_content's limit: the export still works
+                log.info("raw_content of %s is too large (1770033); exporting it instead", change.item_key)
+                return self._export_one(change)
             raise fetch_error_for(exc, f"reading raw_content of {change.item_key}") from exc
         data = text.encode("utf-8")
         if len(data) > self.max_bytes:
@@ -322,6 +347,7 @@ class FeishuConnector(Connector):
                 )
             except FetchError as exc:
                 failures.append((change.item_key, exc))
+        self.slides.note_fetch_refusals(failures)
         return tickets, failures
 
     def poll_exports(self, tickets: list[ExportTicket]) -> list[ExportTicket]:
@@ -404,6 +430,7 @@ class FeishuConnector(Connector):
                 failures.append((res.item_key, res.error))
             else:
                 docs.append(self.document_from_parts(by_key[res.item_key], res.parts))
+        self.slides.note_fetch_refusals(failures)
         return docs, failures
 
     def fetch_batch(self, changes: list[Change]) -> tuple[list[RawDocument], list[tuple[str, FetchError]]]:
@@ -418,10 +445,11 @@ class FeishuConnector(Connector):
                 failures.append((change.item_key, exc))
         return docs, failures
 
-    def fetch(self, change: Change) -> RawDocument:
-        if not self.is_export(change):
-            return self._direct(change)
-        docs, failures = self.fetch_batch([change])
+    def _export_one(self, change: Change) -> RawDocument:
+        docs, failures = self._stream_exports([change])
         if failures:
             raise failures[0][1]
         return docs[0]
+
+    def fetch(self, change: Change) -> RawDocument:
+        return self._export_one(change) if self.is_export(change) else self._direct(change)

@@ -19,15 +19,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from plugins.connectors.feishu.client import FeishuClient
-from plugins.connectors.feishu.errors import FeishuError
+from plugins.connectors.feishu.errors import FeishuError, FeishuParamError
 
 __all__ = ["GONE_CODES", "MetaStatus", "meta_status", "resolve_folders", "resolve_spaces"]
 
 log = logging.getLogger(__name__)
 
 GONE_CODES = frozenset({970003, 970005})
-# The stored type is not part of VersionEvidence: try the common types in turn.
-_TYPES = ("docx", "doc", "sheet", "bitable", "slides", "file")
+# The stored type is not part of VersionEvidence: try the types in turn. Only values of the
+# documented doc_type enum (drive-v1 meta batch_query: doc, sheet, bitable, mindnote, file,
+# wiki, docx, folder, synced_block): ``slides`` is not one of them, and a value the API refuses
+# must not cost the other types their answer.
+_TYPES = ("docx", "doc", "sheet", "bitable", "file")
 
 
 def resolve_folders(client: FeishuClient, folders: Iterable[str]) -> list[str]:
@@ -56,29 +59,24 @@ class MetaStatus:
     gone: dict[str, str] = field(default_factory=dict)  # key -> reason
     alive: set[str] = field(default_factory=set)
     unknown: set[str] = field(default_factory=set)  # the meta query failed: decide nothing
+    refused_types: set[str] = field(default_factory=set)  # doc_type values the API refused
 
 
 def meta_status(client: FeishuClient, keys: Iterable[str]) -> MetaStatus:
-    """Ask the batch meta query about ``keys`` (200 per call, one call per candidate type)."""
+    """Ask the batch meta query about ``keys`` (200 per call, one call per candidate type).
+
+    A type the API refuses as a parameter (400: a ``doc_type`` it does not take) is skipped and
+    the others still decide; any other failure (server, network, budget) leaves the batch
+    undecided: nothing is deleted on a guess."""
     out = MetaStatus()
     ordered = sorted(set(keys))
     for i in range(0, len(ordered), 200):
         batch = ordered[i : i + 200]
-        codes: dict[str, set[int]] = {k: set() for k in batch}
         try:
-            for doc_type in _TYPES:
-                metas, failed = client.batch_query_metas([(k, doc_type) for k in batch if k in codes])
-                for m in metas:
-                    if codes.pop(str(m.get("doc_token")), None) is not None:
-                        out.alive.add(m["doc_token"])
-                for f in failed:
-                    if f.get("token") in codes:
-                        codes[f["token"]].add(int(f.get("code", 0)))
-                if not codes:
-                    break
+            codes = _query_types(client, batch, out)
         except FeishuError as exc:
             log.warning("meta re-check failed, deleting nothing from this batch: %s", exc)
-            out.unknown.update(codes)
+            out.unknown.update(k for k in batch if k not in out.alive)
             continue
         for key, seen in codes.items():
             if seen and seen <= GONE_CODES:
@@ -87,3 +85,24 @@ def meta_status(client: FeishuClient, keys: Iterable[str]) -> MetaStatus:
             else:
                 out.unknown.add(key)
     return out
+
+
+def _query_types(client: FeishuClient, batch: list[str], out: MetaStatus) -> dict[str, set[int]]:
+    """The ``failed_list`` codes of every key of ``batch`` not found alive, type by type."""
+    codes: dict[str, set[int]] = {k: set() for k in batch}
+    for doc_type in _TYPES:
+        try:
+            metas, failed = client.batch_query_metas([(k, doc_type) for k in batch if k in codes])
+        except FeishuParamError as exc:
+            out.refused_types.add(doc_type)
+            log.warning("meta query refused doc_type %s; the other types still decide: %s", doc_type, exc)
+            continue
+        for m in metas:
+            if codes.pop(str(m.get("doc_token")), None) is not None:
+                out.alive.add(m["doc_token"])
+        for f in failed:
+            if f.get("token") in codes:
+                codes[f["token"]].add(int(f.get("code", 0)))
+        if not codes:
+            break
+    return codes

@@ -18,7 +18,12 @@ from typing import Any
 from include.retry import parse_retry_after
 
 __all__ = [
+    "APP_CREDENTIAL_CODES",
+    "CONTENT_TOO_LARGE",
     "RATE_LIMIT_CODES",
+    "REFRESH_GRANT_EXPIRED",
+    "REFRESH_RETRYABLE_CODES",
+    "REFRESH_REUSED_CODES",
     "TOKEN_INVALID_CODES",
     "FeishuAuthError",
     "FeishuCredentialsError",
@@ -33,8 +38,10 @@ __all__ = [
     "FeishuServerError",
     "FeishuTokenInvalid",
     "FeishuTokenRejected",
+    "FeishuTokenStoreError",
     "credentials_error",
     "error_from_response",
+    "refresh_refused",
 ]
 
 # The gateway's "token no longer good" codes: re-fetch the token and retry once (what the
@@ -47,15 +54,41 @@ TOKEN_INVALID_CODES = frozenset({99991663, 99991664, 99991665, 99991671, 9999166
 # invalid param, 10013 token fetch failed. The OAuth refresh endpoint's own codes are handled by
 # token.py's user-token path, which treats any refusal as a credentials error.
 TOKEN_CALL_CODES = frozenset({10003, 10012, 10013, 10014, 10015})
-# Generic frequency limit plus the export (1069923) and file download (1061045) specific ones.
-RATE_LIMIT_CODES = frozenset({99991400, 1069923, 1061045})
+# The app's credentials refused by the token call: the generic error table calls 10015 a wrong
+# app secret, larksuite/cli's tests see 10014 for a wrong secret and 10003 for a bad app id, so
+# one hint names both settings for any of them.
+APP_CREDENTIAL_CODES = frozenset({10003, 10014, 10015})
+# OAuth v2 refresh (authen/v2/oauth/token): 20064 / 20073 a refresh token already spent (it is
+# single-use), 20037 the grant is over (365 days after authorization), 20050 / 20072 server
+# errors worth a retry.
+REFRESH_REUSED_CODES = frozenset({20064, 20073})
+REFRESH_GRANT_EXPIRED = 20037
+REFRESH_RETRYABLE_CODES = frozenset({20050, 20072})
+# docx raw_content: the document's text is over the API's limit; the export path still works.
+CONTENT_TOO_LARGE = 1770033
+# Generic frequency limit plus the export (1069923), file download (1061045) and bitable
+# (1254290, answered with HTTP 200) specific ones.
+RATE_LIMIT_CODES = frozenset({99991400, 1069923, 1061045, 1254290})
 _AUTH_CODES = frozenset({99991661, 99991401, 99991403, 10003, 10013, 10014, 1061005, 1069701})
 # Wiki v2 (wiki-v2 error-code table): 131006 permission denied, 131005 not found, 131007 "do
 # not retry" (a request the space will never accept), 131001 a transient backend error (retry).
-_PERMISSION_CODES = frozenset({99991672, 1061004, 1069902, 1770032, 970003, 91204, 131006})
-_NOT_FOUND_CODES = frozenset({1061003, 1061007, 1069906, 1069914, 1770002, 1770003, 91203, 970005, 131005})
-_PARAM_CODES = frozenset({1061002, 1064001, 1069904, 1069918, 1060001, 99992402, 131007})
-_SERVER_CODES = frozenset({1061001, 1069901, 1069704, 2200, 5000, 600, 91201, 131001})
+# sheets v3 sheets/query answers HTTP 400 with 1310213 permission, 1310249 deleted, 1310214 not
+# found, 1310251 bad parameter (5xx 13152xx internal); bitable v1 tables list answers HTTP 200
+# with 1254302 no permission, 1254040/1254041 not found, 12540xx bad request, 1254002 /
+# 1255xxx internal, 1254036 a copy in progress (their error-code tables).
+_PERMISSION_CODES = frozenset({99991672, 1061004, 1069902, 1770032, 970003, 91204, 131006, 1310213, 1254302})
+_NOT_FOUND_CODES = frozenset(
+    {1061003, 1061007, 1069906, 1069914, 1770002, 1770003, 91203, 970005, 131005, 1310249, 1310214, 1254040, 1254041}
+)
+_PARAM_CODES = frozenset(
+    {1061002, 1064001, 1069904, 1069918, 1060001, 99992402, 131007, 1310251, CONTENT_TOO_LARGE}
+    | {1254000, 1254001, 1254003, 1254004, 1254011}
+)
+_SERVER_CODES = frozenset(
+    {1061001, 1069901, 1069704, 2200, 5000, 600, 91201, 131001, 1315201, 1315203, 1315210, 1254002, 1254036}
+    | {1255001, 1255002, 1255003, 1255004, 1255005, 1255040}
+    | REFRESH_RETRYABLE_CODES
+)
 
 
 class FeishuError(Exception):
@@ -101,6 +134,11 @@ class FeishuTokenInvalid(FeishuAuthError):
 
 class FeishuCredentialsError(FeishuAuthError):
     """The token endpoint refused the Connection's credentials (app id/secret, refresh token)."""
+
+
+class FeishuTokenStoreError(FeishuAuthError):
+    """User mode has nowhere to keep its rotating refresh token (no Redis, no state database
+    key), or the stored chain cannot be read with the configured key: never retried."""
 
 
 class FeishuTokenRejected(FeishuAuthError):
@@ -172,10 +210,11 @@ def _reset_hint(headers: Any) -> float | None:
 def credentials_error(exc: FeishuError, app_id: str, what: str) -> FeishuError:
     """Re-word a token endpoint's refusal so the operator knows which setting is wrong."""
     if exc.code in TOKEN_CALL_CODES or (isinstance(exc, FeishuAuthError) and not exc.retryable):
-        hint = {
-            10014: "the app secret (the Connection's password) is wrong",
-            10015: "the app id (the Connection's login) is unknown or not enabled",
-        }.get(exc.code or 0, "the Connection's credentials were refused")
+        hint = (
+            "the app id (the Connection's login) or the app secret (its password) is wrong, or the app is not enabled"
+            if exc.code in APP_CREDENTIAL_CODES
+            else "the Connection's credentials were refused"
+        )
         return FeishuCredentialsError(
             f"{what} for app {app_id} refused: {hint} ({exc.args[0] if exc.args else exc})",
             code=exc.code,
@@ -184,6 +223,23 @@ def credentials_error(exc: FeishuError, app_id: str, what: str) -> FeishuError:
             details=exc.details,
         )
     return exc
+
+
+def refresh_refused(exc: FeishuError, app_id: str) -> FeishuCredentialsError:
+    """A user-token refresh the OAuth endpoint refused for good, worded by its code."""
+    if exc.code in REFRESH_REUSED_CODES:
+        why = "the refresh token was already used (each is single-use) or revoked"
+    elif exc.code == REFRESH_GRANT_EXPIRED:
+        why = "the user's authorization has ended (365 days after it was given)"
+    else:
+        why = "the refresh token is invalid or expired"
+    return FeishuCredentialsError(
+        f"user token refresh for app {app_id} refused: {why}; authorize again and store the new "
+        f"refresh token in the Connection ({exc.args[0] if exc.args else exc})",
+        code=exc.code,
+        status=exc.status,
+        log_id=exc.log_id,
+    )
 
 
 def error_from_response(status: int, body: dict[str, Any] | None, headers: Any = None) -> FeishuError:

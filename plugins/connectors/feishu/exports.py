@@ -34,6 +34,7 @@ from plugins.connectors.feishu.errors import (
     FeishuResponseTooLarge,
     FeishuTokenInvalid,
 )
+from plugins.connectors.feishu.slides import SKIP_REASON, is_slides_refusal
 
 __all__ = [
     "DEFAULT_FORMATS",
@@ -50,7 +51,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# slides -> pptx: the export API's newest extension (lark-oapi's ExportTask accepts it).
+# slides -> pptx is not in the documented export API (type doc/docx/sheet/bitable, extension
+# docx/pdf/xlsx/csv: export_task/create); it is tried once per source and a refusal remembered
+# (connector.py, slides.py).
 DEFAULT_FORMATS = {"doc": "docx", "docx": "docx", "sheet": "xlsx", "bitable": "xlsx", "slides": "pptx"}
 PENDING_STATUSES = frozenset({1, 2})
 # Terminal failures that may succeed on a later run (internal error, timeout, copy in progress).
@@ -92,18 +95,18 @@ class ExportTicket:
             return
         self.job_status = status
         self.job_error_msg = result.get("job_error_msg")
-        if status in PENDING_STATUSES:
+        # job_status 0 before its file_token is set is still pending: what larksuite/cli does
+        # (its +workbook-export keeps polling until the token arrives); the poll deadline bounds it.
+        if status in PENDING_STATUSES or (status == 0 and not result.get("file_token")):
             return
-        if status == 0 and result.get("file_token"):
+        if status == 0:
             self.state = "done"
             self.done_at = time.time()
             self.file_token = str(result["file_token"])
             self.file_size = result.get("file_size")
             self.file_name = result.get("file_name")
             return
-        self.state = "failed"
-        # "done" without a file to download is a malformed answer, not Feishu's status 0.
-        self.error_reason = f"export_status_{status}" if status else "export_bad_response"
+        self.state, self.error_reason = "failed", f"export_status_{status}"
 
     def failure(self) -> FetchError:
         msg = f"export of {self.doc_type} {self.item_key} ended with job_status={self.job_status}: {self.job_error_msg}"
@@ -162,6 +165,8 @@ def start_export(
     try:
         ticket = client.create_export(item_key, doc_type, ext, sub_id=sub_id)
     except FeishuError as exc:
+        if doc_type == "slides" and is_slides_refusal(exc):  # not in the documented export API
+            raise FetchError(f"Feishu does not export slides: {exc}", reason=SKIP_REASON, retryable=False) from exc
         raise fetch_error_for(exc, f"creating export of {doc_type} {item_key}") from exc
     return ExportTicket(
         item_key=item_key, doc_type=doc_type, extension=ext, ticket=ticket, sub_id=sub_id, sub_title=sub_title

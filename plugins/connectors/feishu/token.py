@@ -21,7 +21,7 @@ from typing import Any
 
 from cachetools import TLRUCache
 
-__all__ = ["TokenCache", "UserTokenCache"]
+__all__ = ["TokenCache", "UserTokenCache", "cache_life", "user_subject"]
 
 # Compare-and-delete: only remove the cached token if it is the one that was rejected.
 _DROP_IF_EQUAL_LUA = """
@@ -32,6 +32,12 @@ return 0
 # Process-wide fallback: value = (token, expires_at_monotonic).
 _LOCAL: TLRUCache[str, tuple[str, float]] = TLRUCache(maxsize=256, ttu=lambda _k, v, now: v[1], timer=time.monotonic)
 _LOCAL_LOCK = threading.Lock()
+
+
+def cache_life(expire: int, margin: float) -> float:
+    """Seconds a token answered with ``expire`` is used: never less than a second nor past its
+    own life, ``margin`` seconds short of it when it lives long enough."""
+    return max(1.0, min(float(expire) - margin, float(expire) * 0.9))
 
 
 def _text(value: Any) -> str | None:
@@ -59,8 +65,10 @@ class _SharedToken(ABC):
         self._drop_script = redis_client.register_script(_DROP_IF_EQUAL_LUA) if redis_client is not None else None
 
     def _ttl(self, expire: int) -> float:
-        # Never cache for less than a few seconds nor past the token's own life.
-        return max(1.0, min(float(expire) - self._margin, float(expire) * 0.9))
+        return cache_life(expire, self._margin)
+
+    def close(self) -> None:  # noqa: B027 - the Redis client belongs to the caller
+        """Nothing of its own to release."""
 
     def get(self) -> str:
         if self._redis is None:
@@ -140,10 +148,13 @@ class TokenCache(_SharedToken):
             return token
 
 
-# Process-wide fallback for user tokens: key -> (access token, expires_at_monotonic) and the
-# rotated refresh token (OAuth v2 refresh tokens are single-use: each refresh returns a new one).
-_USER_LOCAL: dict[str, tuple[str, float]] = {}
-_USER_REFRESH: dict[str, str] = {}
+def user_subject(initial_refresh_token: str) -> str:
+    """The name of one authorization's refresh chain: a hash of the Connection's refresh token
+    (never the token), so re-authorizing (a new token in the Connection) starts a new chain."""
+    return hashlib.sha256(initial_refresh_token.encode()).hexdigest()[:16]
+
+
+_NO_LOCAL: dict[str, tuple[str, float]] = {}
 
 
 class UserTokenCache(_SharedToken):
@@ -158,7 +169,9 @@ class UserTokenCache(_SharedToken):
     """
 
     kind = "user"
-    _local_store = _USER_LOCAL
+    # never used: a user chain lives in Redis or in the state database (user_store.py), never
+    # in one process, whose rotated refresh token would die with it
+    _local_store = _NO_LOCAL
 
     def __init__(
         self,
@@ -171,10 +184,9 @@ class UserTokenCache(_SharedToken):
         lock_timeout: float = 30.0,
         namespace: str = "tributary:feishu:user_token",
     ) -> None:
-        subject = hashlib.sha256(initial_refresh_token.encode()).hexdigest()[:16]
         super().__init__(
             app_id,
-            f"{namespace}:{app_id}:{subject}",
+            f"{namespace}:{app_id}:{user_subject(initial_refresh_token)}",
             redis_client=redis_client,
             safety_margin=safety_margin,
             lock_timeout=lock_timeout,
@@ -192,12 +204,4 @@ class UserTokenCache(_SharedToken):
         return token
 
     def _get_local(self) -> str:
-        with _LOCAL_LOCK:
-            hit = _USER_LOCAL.get(self._key)
-            if hit and hit[1] > time.monotonic():
-                return hit[0]
-            current = _USER_REFRESH.get(self._key, self._initial)
-            token, expire, new_refresh, _refresh_expire = self._refresh(current)
-            _USER_REFRESH[self._key] = new_refresh
-            _USER_LOCAL[self._key] = (token, time.monotonic() + self._ttl(expire))
-            return token
+        raise RuntimeError("a user token chain needs Redis here (user_store.open_user_tokens chooses)")
