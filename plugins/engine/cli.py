@@ -37,7 +37,7 @@ from plugins.connectors.base import validate_source_options
 from plugins.engine import get_source, run_pipeline
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
 from plugins.engine.reaper import DagRunState, reap_stale_runs
-from plugins.engine.search import SearchError, search_index
+from plugins.engine.search import SearchError, VectorSearchUnavailable, run_search
 
 __all__ = ["DagRunStateFactory", "main"]
 
@@ -88,10 +88,19 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     sources = load_sources_report(get_settings().sources_file, validate_source_options)[0]
     try:
-        hits = search_index(sources, args.query, k=args.k, source=args.source, mode=args.mode)
+        result = run_search(sources, args.query, k=args.k, source=args.source, mode=args.mode)
     except SearchError as exc:
         print(f"search: {exc}", file=sys.stderr)
         return 2
+    except VectorSearchUnavailable as exc:  # vector mode only: hybrid falls back to BM25 with a note
+        print(f"search: vector search unavailable ({exc.reason}): {exc}", file=sys.stderr)
+        return 3
+    except TimeoutError as exc:  # the index's SearchTimeout
+        print(f"search: {exc}", file=sys.stderr)
+        return 3
+    for note in result.notes:  # on stderr: --json output stays the rows
+        print(f"search: note: {note}", file=sys.stderr)
+    hits = result.hits
     lines = []
     for h in hits:
         where = " > ".join(h["heading_path"]) if h["heading_path"] else ""

@@ -6,6 +6,12 @@ backend or for it, :mod:`include.index.base`). A query is embedded with the mode
 chunks were embedded with, so ``vector`` and ``hybrid`` need a source with embedding enabled:
 the one named, or the only such source of the sources file (more than one is ambiguous).
 
+The query is embedded on a bounded pool (:mod:`plugins.engine.query_embedding`): at most
+``TRIBUTARY_QUERY_EMBED_CONCURRENCY`` (8) at once per process, each awaited at most
+``TRIBUTARY_QUERY_EMBED_TIMEOUT_SECONDS`` (10); a failure is :class:`VectorSearchUnavailable`
+(status 502: a bad answer; 503: unreachable, timed out, rate limited or busy), which a ``hybrid``
+search answers with its BM25 ranking and a note instead (:class:`SearchResult`).
+
 Every hit keeps what the BM25 search always showed: the run that wrote the chunk, the source
 version it came from, and the chunk id that :func:`plugins.engine.lineage.chunk_lineage` traces.
 """
@@ -13,16 +19,31 @@ version it came from, and the chunk id that :func:`plugins.engine.lineage.chunk_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from include.config import IndexConfig, SourceConfig
 from include.index import IndexBackend, SearchHit, open_index
 from include.index.base import SEARCH_MODES, SearchMode
+from include.index.query_text import search_terms
+from include.index.sqlite_vectors import VectorsUnavailable
 from plugins.embedders.base import Embedder
 from plugins.engine.embed import open_source_embedder
 from plugins.engine.lineage import jsonable
+from plugins.engine.query_embedding import VectorSearchUnavailable, embed_query_bounded
 
-__all__ = ["SearchError", "hit_row", "search_index", "search_source"]
+__all__ = [
+    "SearchError",
+    "SearchResult",
+    "VectorSearchUnavailable",
+    "hit_row",
+    "run_search",
+    "search_index",
+    "search_source",
+]
 
 
 class SearchError(ValueError):
@@ -68,6 +89,16 @@ def hit_row(hit: SearchHit, rank: int, mode: SearchMode) -> dict[str, Any]:
     return row
 
 
+@dataclass(slots=True)
+class SearchResult:
+    """A search's rows, what it was served by, and what its user should be told."""
+
+    hits: list[dict[str, Any]]
+    mode: SearchMode  # the mode the hits were ranked by ("bm25" when a hybrid search fell back)
+    degraded: str | None = None  # "bm25_only": a hybrid search whose vector half failed
+    notes: list[str] = field(default_factory=list)
+
+
 def search_index(
     sources: Sequence[SourceConfig],
     query: str,
@@ -78,22 +109,58 @@ def search_index(
     index_opener: Callable[[IndexConfig], IndexBackend] = open_index,
     embedder_opener: Callable[[SourceConfig], Embedder] = open_source_embedder,
 ) -> list[dict[str, Any]]:
-    """Best-first hits of ``query`` as JSON rows (:func:`hit_row`); :class:`SearchError` when
-    the search cannot be run as asked. ``sources``: the valid sources of the sources file."""
+    """Best-first hits of ``query`` as JSON rows (:func:`hit_row`); :func:`run_search`'s rows."""
+    return run_search(sources, query, k, source, mode, index_opener=index_opener, embedder_opener=embedder_opener).hits
+
+
+def run_search(
+    sources: Sequence[SourceConfig],
+    query: str,
+    k: int = 10,
+    source: str | None = None,
+    mode: SearchMode = "bm25",
+    *,
+    index_opener: Callable[[IndexConfig], IndexBackend] = open_index,
+    embedder_opener: Callable[[SourceConfig], Embedder] = open_source_embedder,
+) -> SearchResult:
+    """Search as asked. :class:`SearchError`: the search cannot be run as asked;
+    :class:`VectorSearchUnavailable`: a ``vector`` search whose query could not be embedded or
+    compared; :class:`~include.index.base.SearchTimeout`: the index's time limit passed.
+    ``sources``: the valid sources of the sources file."""
     if k < 1:
         raise SearchError(f"k must be at least 1, got {k}")
     chosen = search_source(sources, source, mode)
-    query_vector, within = None, None
-    if chosen is not None and mode != "bm25":
-        embedder = embedder_opener(chosen)
-        try:
-            query_vector = embedder.embed_query(query)
-        finally:
-            embedder.close()
-        within = chosen.source_id  # vectors are compared within their source (its model)
+    terms_note = search_terms(query).note
+    notes = [terms_note] if terms_note else []
     index = index_opener(chosen.index if chosen is not None else IndexConfig())
     try:
-        hits = index.search(query, k=k, source=within, mode=mode, query_vector=query_vector)
+        if chosen is None or mode == "bm25":
+            hits = index.search(query, k=k, mode="bm25")
+            return SearchResult([hit_row(h, r, "bm25") for r, h in enumerate(hits, 1)], "bm25", notes=notes)
+        try:
+            vector = embed_query_bounded(lambda: embedder_opener(chosen), query)
+            # vectors are compared within their source (its model)
+            hits = _vector_search(index, query, k, chosen.source_id, mode, vector)
+        except VectorSearchUnavailable as exc:
+            if mode == "vector":
+                raise
+            notes.append(f"vector search unavailable: {exc}; showing BM25")
+            hits = index.search(query, k=k, source=chosen.source_id, mode="bm25")
+            rows = [hit_row(h, r, "bm25") for r, h in enumerate(hits, 1)]
+            return SearchResult(rows, "bm25", degraded="bm25_only", notes=notes)
     finally:
         index.close()
-    return [hit_row(hit, rank, mode) for rank, hit in enumerate(hits, 1)]
+    return SearchResult([hit_row(h, r, mode) for r, h in enumerate(hits, 1)], mode, notes=notes)
+
+
+def _vector_search(
+    index: IndexBackend, query: str, k: int, within: str, mode: SearchMode, vector: npt.NDArray[np.float32]
+) -> list[SearchHit]:
+    """The index's vector or hybrid ranking; a query vector the index cannot compare (another
+    size than its vectors) is a bad answer of the embedder, not a server error."""
+    try:
+        return index.search(query, k=k, source=within, mode=mode, query_vector=vector)
+    except ValueError as exc:
+        raise VectorSearchUnavailable("bad_dimension", str(exc), status=502) from None
+    except VectorsUnavailable as exc:  # this index cannot search vectors (sqlite-vec not loaded)
+        raise VectorSearchUnavailable("vectors_unavailable", str(exc), status=503) from None

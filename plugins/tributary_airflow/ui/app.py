@@ -15,7 +15,11 @@ cookie): lineage names documents and errors, which are no one else's business. A
 expired, forged or unreadable token is answered 401 with ``WWW-Authenticate: Bearer`` (RFC 6750
 s3.1), never an error page. ``limit`` is 1..500 and ``mode`` one of bm25/vector/hybrid; anything
 else is a 422, not a silent clamp or a fallback. A search the configuration cannot serve (vector
-search of a BM25-only source, an unknown source) is a 400 naming why.
+search of a BM25-only source, an unknown source) is a 400 naming why. A query that could not be
+embedded is ``{"error", "detail"}`` with 502 (a bad answer) or 503 (unreachable, timed out, rate
+limited, busy) in ``vector`` mode; a ``hybrid`` search then answers its BM25 ranking, each row
+with ``"degraded": "bm25_only"`` and ``"note"`` (and the header ``X-Search-Degraded``). An index
+search past its time limit is a 504. The page says all of this beside the form.
 """
 
 from __future__ import annotations
@@ -31,12 +35,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from include.config import SourceConfig, load_sources_report
-from include.index.base import SEARCH_MODES, SearchMode
+from include.index.base import SEARCH_MODES, SearchMode, SearchTimeout
 from include.settings import get_settings
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
 from plugins.engine import lineage
-from plugins.engine.search import SearchError, search_index
+from plugins.engine.search import SearchError, SearchResult, VectorSearchUnavailable, run_search
 from plugins.tributary_airflow.hooks import StateStoreHook
 
 __all__ = ["MAX_LIMIT", "create_app"]
@@ -78,20 +82,35 @@ def _sources() -> list[dict[str, Any]]:
     ]
 
 
-def _search(request: Request, q: str, mode: SearchMode, source: str | None, limit: int) -> list[dict[str, Any]]:
-    """The engine's search rows, each with links to its chunk's lineage and its run (page and JSON)."""
+def _search(request: Request, q: str, mode: SearchMode, source: str | None, limit: int) -> SearchResult:
+    """The engine's search, each row with links to its chunk's lineage and its run (page and JSON).
+    :class:`VectorSearchUnavailable` and :class:`SearchTimeout` go to the caller (see ``_search_failure``)."""
     try:
-        hits = search_index(_valid_sources(), q, k=limit, source=source or None, mode=mode)
+        result = run_search(_valid_sources(), q, k=limit, source=source or None, mode=mode)
     except SearchError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
     root = request.scope.get("root_path", "").rstrip("/")
-    for hit in hits:
+    for hit in result.hits:
         chunk = f"{quote(hit['chunk_id'], safe='')}?source={quote(hit['source'], safe='')}"
         hit["lineage"] |= {"page": f"{root}/chunks/{chunk}", "api": f"{root}/api/chunks/{chunk}"}
         if hit.get("run_id"):
             run = f"{quote(hit['run_id'], safe='')}?source={quote(hit['source'], safe='')}"
             hit["lineage"] |= {"run_page": f"{root}/runs/{run}", "run_api": f"{root}/api/runs/{run}"}
-    return hits
+        if result.notes:
+            hit["note"] = "; ".join(result.notes)
+        if result.degraded:
+            hit["degraded"] = result.degraded
+    return result
+
+
+SEARCH_FAILURES = (VectorSearchUnavailable, SearchTimeout)
+
+
+def _search_failure(exc: Exception) -> tuple[int, dict[str, str]]:
+    """A failed search's status and JSON body: 502/503 for the query embedding, 504 for the index."""
+    if isinstance(exc, VectorSearchUnavailable):
+        return exc.status, {"error": exc.reason, "detail": f"vector search unavailable: {exc}"}
+    return 504, {"error": "search_timeout", "detail": str(exc)}
 
 
 def _embeds(run: dict[str, Any]) -> bool:
@@ -194,6 +213,11 @@ def create_app(*, require_auth: bool = True) -> FastAPI:
     return app
 
 
+def _search_response(result: SearchResult) -> JSONResponse:
+    headers = {"X-Search-Degraded": result.degraded} if result.degraded else None
+    return JSONResponse(result.hits, headers=headers)
+
+
 def _add_json_routes(app: FastAPI) -> None:
     @app.get("/api/runs")
     def api_runs(store: Store, source: str | None = None, limit: Limit = 50) -> Any:
@@ -219,13 +243,17 @@ def _add_json_routes(app: FastAPI) -> None:
     def api_search(
         request: Request, q: SearchQuery, mode: SearchMode = "bm25", source: str | None = None, limit: Limit = 10
     ) -> Any:
-        return JSONResponse(_search(request, q, mode, source, limit))
+        try:
+            return _search_response(_search(request, q, mode, source, limit))
+        except SEARCH_FAILURES as exc:
+            status, body = _search_failure(exc)
+            return JSONResponse(body, status_code=status)
 
 
 def _add_html_routes(app: FastAPI, env: Environment) -> None:
-    def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         root = request.scope.get("root_path", "").rstrip("/")
-        return HTMLResponse(env.get_template(name).render(root=root, **ctx))
+        return HTMLResponse(env.get_template(name).render(root=root, **ctx), status_code=status)
 
     def found_or_missing(request: Request, value: Any, name: str, what: str, **ctx: Any) -> HTMLResponse:
         return page(request, "missing.html", what=what) if value is None else page(request, name, **ctx)
@@ -273,14 +301,26 @@ def _add_html_routes(app: FastAPI, env: Environment) -> None:
     def search_page(
         request: Request, q: str = "", mode: SearchMode = "bm25", source: str | None = None, limit: Limit = 10
     ) -> HTMLResponse:
-        hits, error = [], None
+        result, error, status = None, None, 200
         if q.strip():
             try:
-                hits = _search(request, q, mode, source, limit)
+                result = _search(request, q, mode, source, limit)
             except HTTPException as exc:  # shown on the page, beside the form that asked
                 error = exc.detail
+            except SEARCH_FAILURES as exc:  # the same, with the API's status
+                status, body = _search_failure(exc)
+                error = body["detail"]
         return page(
-            request, "search.html", q=q, mode=mode, source=source or "", hits=hits, error=error, sources=_sources()
+            request,
+            "search.html",
+            status,
+            q=q,
+            mode=mode,
+            source=source or "",
+            hits=result.hits if result else [],
+            notes=result.notes if result else [],
+            error=error,
+            sources=_sources(),
         )
 
     @app.get("/diff", response_class=HTMLResponse)
