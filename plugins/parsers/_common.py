@@ -6,9 +6,11 @@ Everything here is pure; parsers import what they need. Private to the parsers p
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -23,6 +25,8 @@ __all__ = [
     "charset_from_content_type",
     "clean_text",
     "decode_text",
+    "document_budget",
+    "document_seconds_left",
     "normalise_charset",
     "parse_xml",
     "safe_xml_parser",
@@ -90,12 +94,45 @@ class Limits:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"{len(data)} bytes exceeds the {self.max_bytes}-byte cap")
 
 
+# The monotonic instant by which the top-level document being parsed must be done. Everything
+# nested in it (embedded files, converter runs, OCR, isolated children: a fork copies the
+# variable) is bounded by it, whatever budget its own options name.
+_DOCUMENT_DEADLINE: ContextVar[float | None] = ContextVar("tributary_document_deadline", default=None)
+
+
+@contextlib.contextmanager
+def document_budget(seconds: float) -> Iterator[float]:
+    """Parse under one deadline: ``seconds`` from now, or the enclosing document's, if sooner."""
+    outer = _DOCUMENT_DEADLINE.get()
+    deadline = time.monotonic() + seconds
+    token = _DOCUMENT_DEADLINE.set(deadline if outer is None else min(deadline, outer))
+    try:
+        yield _DOCUMENT_DEADLINE.get() or deadline
+    finally:
+        _DOCUMENT_DEADLINE.reset(token)
+
+
+def document_seconds_left() -> float | None:
+    """Seconds left of the current top-level document's budget (None outside a parse)."""
+    deadline = _DOCUMENT_DEADLINE.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
 @dataclass(slots=True)
 class Deadline:
-    """Cooperative per-document time budget: parsers call :meth:`check` in their loops."""
+    """Cooperative per-document time budget: parsers call :meth:`check` in their loops.
+
+    Never longer than what is left of the top-level document's budget (:func:`document_budget`):
+    a parser that starts its own deadline inside an embedded file gets the remainder, not a
+    fresh budget."""
 
     seconds: float
     started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        outer = _DOCUMENT_DEADLINE.get()
+        if outer is not None:
+            self.seconds = max(0.0, min(self.seconds, outer - self.started))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> Deadline:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.contract import Block, BlockKind, ParsedDocument, ParseError, RawDocument
-from plugins.parsers._common import Limits
+from plugins.parsers._common import Limits, document_seconds_left
 from plugins.parsers.registry import EMBEDDED_IMAGES, parse_document
 
 __all__ = ["EmbeddedFile", "EmbeddedResult", "embedded_images_wanted", "parse_embedded"]
@@ -85,7 +85,11 @@ def parse_embedded(
     chain = list(options.get(_CHAIN, ()))
     result = EmbeddedResult()
     for item in files:
-        reason = _over_cap(item, depth, limits, files_left, bytes_left)
+        left = document_seconds_left()
+        # the container's one budget is spent: its own text is kept, the rest is listed as skipped
+        reason = (
+            "time_budget" if left is not None and left <= 0 else _over_cap(item, depth, limits, files_left, bytes_left)
+        )
         if reason:
             result.skipped.append({"name": item.name, "reason": reason})
             continue

@@ -9,22 +9,16 @@ converted into ``ParseError(corrupt)`` here so that one file never fails a batch
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import json
 import mimetypes
-import os
-import resource
-import select
-import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 from urllib.parse import urlsplit
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
-from plugins.parsers._common import Limits
+from plugins.parsers._common import Limits, document_budget
+from plugins.parsers._isolated import memory_allowance, run_isolated
 
 __all__ = [
     "BUILTIN_PARSERS",
@@ -36,6 +30,7 @@ __all__ = [
     "engine_choices",
     "get_parser",
     "load_builtins",
+    "memory_allowance",
     "parse_document",
     "register_parser",
     "sniff_media_type",
@@ -248,7 +243,15 @@ def get_parser(media_type: str | None) -> ParserSpec | None:
 
 
 def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -> ParsedDocument:
-    """Parse one raw document. Raises :class:`ParseError` (never anything else)."""
+    """Parse one raw document. Raises :class:`ParseError` (never anything else).
+
+    The whole parse, and everything nested in it (an embedded file parsed through this function
+    again included), runs under one deadline: the top-level document's ``time_budget_s``."""
+    with document_budget(Limits.from_options(options).time_budget_s):
+        return _parse(raw, options)
+
+
+def _parse(raw: RawDocument, options: Mapping[str, Any] | None) -> ParsedDocument:
     try:
         media_type = sniff_media_type(raw.data, raw.file_name, raw.media_type)
     except Exception as exc:  # a sniffer opening a hostile container (zip version, bad zlib stream)
@@ -272,7 +275,11 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
         engine=choose_engine(spec, options),
     )
     isolate = ctx.options.get("isolate", spec.isolate)
-    doc = _run_isolated(spec, raw.data, ctx) if isolate else _run(spec, raw.data, ctx)
+    doc = (
+        run_isolated(spec.name, lambda: _run(spec, raw.data, ctx), len(raw.data), ctx.options)
+        if isolate
+        else _run(spec, raw.data, ctx)
+    )
     doc.parser = spec.name
     doc.parser_version = spec.version
     doc.engine = doc.engine or ctx.engine
@@ -345,148 +352,3 @@ def _run(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:
         raise ParseError(ParseErrorCode.BOMB, f"{spec.name}: nesting too deep") from exc
     except Exception as exc:  # a parser bug or a malformed file must not fail the batch
         raise ParseError(ParseErrorCode.CORRUPT, f"{spec.name}: {type(exc).__name__}: {exc}") from exc
-
-
-def _run_isolated(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:
-    """Run the parser in a forked child; kill it when the time budget (+ grace) runs out.
-
-    Cooperative deadline checks cannot interrupt a C library stuck inside one call; a process
-    can always be killed. A bare ``os.fork`` (not :mod:`multiprocessing`) keeps start-up cheap,
-    needs no re-import, and also works inside daemonic worker processes, which multiprocessing
-    refuses to let have children. The child reports through a pipe as JSON and leaves with
-    ``os._exit`` so no inherited atexit handler or buffer runs twice.
-
-    The child's address space is capped (``RLIMIT_AS``) at what it had at the fork plus
-    :func:`memory_allowance`, so a decompression bomb inside C code fails an allocation in the
-    child instead of growing until the machine's OOM killer picks a victim.
-    """
-    limits = Limits.from_options(ctx.options)
-    allowance = memory_allowance(limits, len(data))
-    rss_at_fork = _rss_bytes()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        status = 1
-        try:
-            os.close(read_fd)
-            _child_main(spec, data, ctx, write_fd, allowance, _overrun_code(limits, len(data)))
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    payload, wait_status, peak_rss = _collect(read_fd, pid, spec.name, limits.time_budget_s)
-    if payload is None:  # the child died without a word: a crash in C code, or out of memory
-        raise _death_error(spec.name, wait_status, peak_rss - rss_at_fork, allowance, _overrun_code(limits, len(data)))
-    result = json.loads(payload)
-    if "ok" in result:
-        return ParsedDocument.from_dict(result["ok"])
-    raise ParseError.from_dict(result["error"])  # its details (a scan's needs_ocr) included
-
-
-def memory_allowance(limits: Limits, size: int) -> int:
-    """Bytes of address space an isolated parse of ``size`` input bytes may add."""
-    return max(int(limits.isolate_memory), int(limits.isolate_memory_ratio * size))
-
-
-def _overrun_code(limits: Limits, size: int) -> ParseErrorCode:
-    # A small file that needs more than the floor expands like a bomb; a big one is just big.
-    return (
-        ParseErrorCode.BOMB if size * limits.isolate_memory_ratio < limits.isolate_memory else ParseErrorCode.TOO_LARGE
-    )
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * _page_size()
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _page_size() -> int:
-    return os.sysconf("SC_PAGE_SIZE")
-
-
-def _cap_address_space(allowance: int) -> int:
-    """Limit this process's address space to its current size plus ``allowance``; return the cap."""
-    try:
-        with open("/proc/self/statm") as fh:
-            current = int(fh.read().split()[0]) * _page_size()
-    except (OSError, ValueError, IndexError):  # no /proc: no cap rather than a wrong one
-        return 0
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = current + allowance
-    if soft != resource.RLIM_INFINITY:
-        cap = min(cap, soft)  # an outer, tighter cap stays in force
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    return cap
-
-
-def _child_main(
-    spec: ParserSpec, data: bytes, ctx: ParseContext, write_fd: int, allowance: int, overrun: ParseErrorCode
-) -> None:
-    _cap_address_space(allowance)
-    over = ParseError(overrun, f"{spec.name}: needs more than its memory limit of {allowance >> 20} MiB")
-    too_big = {"error": over.to_dict()}
-    try:
-        result: dict[str, Any] = {"ok": _run(spec, data, ctx).to_dict()}
-    except ParseError as exc:
-        result = too_big if isinstance(exc.__cause__, MemoryError) else {"error": exc.to_dict()}
-    except MemoryError:  # converting a huge result
-        result = too_big
-    try:
-        payload = json.dumps(result).encode("utf-8")
-    except MemoryError:
-        del result  # free the document before the few bytes of the answer are encoded
-        payload = json.dumps(too_big).encode("utf-8")
-    view = memoryview(payload)
-    while view:
-        view = view[os.write(write_fd, view) :]
-
-
-def _collect(read_fd: int, pid: int, name: str, budget: float) -> tuple[bytes | None, int, int]:
-    """Read the child's answer until EOF or the deadline; reap it. -> (payload, wait status, peak RSS)."""
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + budget + 2.0
-    finished = False
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ParseError(ParseErrorCode.TIMEOUT, f"{name}: no result within the {budget:g}s time budget")
-            ready, _, _ = select.select([read_fd], [], [], remaining)
-            if ready:
-                chunk = os.read(read_fd, 1 << 20)
-                if not chunk:
-                    finished = True
-                    break
-                chunks.append(chunk)
-    finally:
-        os.close(read_fd)
-        if not finished:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _, wait_status, usage = os.wait4(pid, 0)
-    payload = b"".join(chunks)
-    complete = bool(payload) and os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == 0
-    return (payload if complete else None), wait_status, usage.ru_maxrss * 1024
-
-
-def _death_error(name: str, wait_status: int, growth: int, allowance: int, overrun: ParseErrorCode) -> ParseError:
-    """Classify a child that died without answering.
-
-    A failed allocation in C (pdfium aborts) leaves no message, so the memory it had reached
-    tells: a child that grew to a quarter of its allowance before dying is taken as out of
-    memory (a doubling buffer fails with a third of the cap resident), as is one the kernel
-    killed (SIGKILL not sent by us: the OOM killer or a cgroup limit). Anything else is a crash.
-    """
-    sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None
-    how = f"signal {signal.Signals(sig).name}" if sig else f"exit status {os.waitstatus_to_exitcode(wait_status)}"
-    if growth >= allowance // 4 or sig == signal.SIGKILL:
-        return ParseError(
-            overrun,
-            f"{name}: parser process died ({how}) at {growth >> 20} MiB of its {allowance >> 20} MiB memory limit",
-        )
-    return ParseError(ParseErrorCode.CORRUPT, f"{name}: parser process died ({how})")
