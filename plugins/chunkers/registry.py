@@ -10,9 +10,20 @@ from typing import Any
 from cachetools import LRUCache
 
 from include.contract import Chunk, ParsedDocument, options_hash
-from plugins.chunkers.options import OptionsKey, options_key
+from plugins.chunkers.options import ChunkOptions, OptionsKey, options_key
 
-__all__ = ["BUILTIN_CHUNKERS", "ChunkerSpec", "chunk_document", "get_chunker", "load_builtins", "register_chunker"]
+__all__ = [
+    "BUILTIN_CHUNKERS",
+    "DEFAULT_CHUNK_TOKEN_NUM",
+    "ChunkerSpec",
+    "chunk_document",
+    "get_chunker",
+    "load_builtins",
+    "register_chunker",
+]
+
+# the chunk size a source gets when it names none (engine code reads it here, not from options)
+DEFAULT_CHUNK_TOKEN_NUM: int = ChunkOptions.model_fields["chunk_token_num"].default
 
 # The modules that register the built-in chunkers when imported, by dotted path (as Scrapy names
 # its components in settings): the registry loads them itself instead of importing a chunker

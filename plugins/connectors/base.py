@@ -107,7 +107,7 @@ class DiscoveryRequest:
     # ``complete`` and ``all_keys`` then speak for that part alone (the engine merges the parts).
     partition: str | None = None
     # (bytes) -> staged file: where a partition's discovery spills a list too long to hold in
-    # memory (its hand-offs, ``include/handoffs.py``); None outside a partitioned discovery
+    # memory (its hand-offs, ``include/staging/handoffs.py``); None outside a partitioned discovery
     spill: Callable[[bytes], StagedFile] | None = None
 
 

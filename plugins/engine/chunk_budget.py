@@ -28,15 +28,14 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument
-from plugins.chunkers.options import ChunkOptions
-from plugins.chunkers.registry import chunk_document
+from plugins.chunkers.registry import DEFAULT_CHUNK_TOKEN_NUM, chunk_document
 from plugins.embedders.registry import ChunkBudget, chunk_budget
 
 __all__ = ["BUDGET_STEP", "MAX_RECHUNKS", "budget_options", "chunk_for_source", "chunk_within", "smaller_budget"]
 
-BUDGET_STEP = 32  # budgets are multiples of this (ChunkOptions' least chunk_token_num too)
+BUDGET_STEP = 32  # budgets are multiples of this (the chunker's least chunk_token_num too)
 MAX_RECHUNKS = 3  # a smaller chunk can count more per cl100k token than the one it came from
-_DEFAULT_CHUNK_TOKENS: int = ChunkOptions.model_fields["chunk_token_num"].default
+_DEFAULT_CHUNK_TOKENS = DEFAULT_CHUNK_TOKEN_NUM
 
 
 def budget_options(options: Mapping[str, Any], tokens: int) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 from include.config import SourceConfig
 from include.contract import ChangeKind
-from include.handoffs import Spill
 from include.index import open_index
 from include.settings import get_settings
 from include.staging import StagingArea
+from include.staging.handoffs import Spill
 from include.stores import ItemState, StateStore
 from plugins.chunkers.registry import get_chunker
 from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class

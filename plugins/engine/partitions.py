@@ -14,7 +14,7 @@ planning sees one merged listing. A source with no partitions keeps the one ``di
 
 What a part finds in another part (a link or a redirect target on another partition's host)
 is handed off, never capped: the crawl spills the list to staging past a bound
-(``handoffs-part-NNNN-MMMM.txt.gz``, :mod:`include.handoffs`), and the plan step keeps every
+(``handoffs-part-NNNN-MMMM.txt.gz``, :mod:`include.staging.handoffs`), and the plan step keeps every
 indexed key no part reached and counts them (``cross_partition_unreached``).
 
 The plan's ``stats["partitions"]`` says what each part crawled (hosts, pages, changes, time).
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from include.contract import Change
-from include.handoffs import Spill, take_handoffs
 from include.staging import StagedFile, StagingArea
+from include.staging.handoffs import Spill, take_handoffs
 from include.stores import ItemState, StateStore
 from plugins.connectors.base import Discovery, DiscoveryRequest, source_partitions
 from plugins.engine.context import RunContext, log
@@ -208,7 +208,7 @@ def _settle_handoffs(found: Discovery, states: dict[str, ItemState]) -> None:
     """Keys handed from one partition to another (links, redirect targets) that no partition
     reached (a page only linked from another host, a partition's ``max_pages`` cut): counted,
     and an indexed one is kept alive, so how the source is split never deletes a page. The
-    hand-offs are read back in full (held and spilled, ``include/handoffs.py``); only the
+    hand-offs are read back in full (held and spilled, ``include/staging/handoffs.py``); only the
     unreached ones are held here."""
     reached = {c.item_key for c in found.changes} | (found.all_keys or set())
     unreached = {key for key in take_handoffs(found.stats) if key not in reached}

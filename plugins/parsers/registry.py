@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
 from plugins.parsers._common import Limits, document_budget
-from plugins.parsers._isolated import memory_allowance, run_isolated
 
 __all__ = [
     "BUILTIN_PARSERS",
@@ -30,7 +29,6 @@ __all__ = [
     "engine_choices",
     "get_parser",
     "load_builtins",
-    "memory_allowance",
     "parse_document",
     "register_parser",
     "sniff_media_type",
@@ -276,7 +274,7 @@ def _parse(raw: RawDocument, options: Mapping[str, Any] | None) -> ParsedDocumen
     )
     isolate = ctx.options.get("isolate", spec.isolate)
     doc = (
-        run_isolated(spec.name, lambda: _run(spec, raw.data, ctx), len(raw.data), ctx.options)
+        _isolation().run_isolated(spec.name, lambda: _run(spec, raw.data, ctx), len(raw.data), ctx.options)
         if isolate
         else _run(spec, raw.data, ctx)
     )
@@ -339,6 +337,13 @@ def check_engines(options: Mapping[str, Any] | None) -> None:
             )
         if engine not in choices[key]:
             raise ValueError(f"parser.engines.{key}: {engine!r} is not one of {', '.join(choices[key])}")
+
+
+def _isolation() -> Any:
+    """The isolated-run module, loaded by dotted path on first use (as the built-in parsers are),
+    so that parsing a DAG file, which reaches this registry for ``check_engines``, loads no
+    parser machinery."""
+    return importlib.import_module("plugins.parsers._isolated")
 
 
 def _run(spec: ParserSpec, data: bytes, ctx: ParseContext) -> ParsedDocument:

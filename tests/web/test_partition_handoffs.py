@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from include import handoffs
-from include.handoffs import HandoffSpool, take_handoffs
-from include.staging import StagingArea, StagingCorruptError
+from include.staging import StagingArea, StagingCorruptError, handoffs
+from include.staging.handoffs import HandoffSpool, take_handoffs
 from include.stores import open_state_store
 from plugins.engine import run_pipeline
 from plugins.engine.partitions import handoff_spill

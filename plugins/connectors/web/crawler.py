@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from include.contract import Change, ChangeKind, VersionEvidence
-from include.handoffs import HandoffSpool, Spill
+from include.staging.handoffs import HandoffSpool, Spill
 from plugins.connectors.web.cache import CachedPage, LinkCache
 from plugins.connectors.web.fetcher import Fetcher, FetchResult
 from plugins.connectors.web.links import extract_links

@@ -145,7 +145,7 @@ async def _wait_for_endpoint(browser: ChromiumProcess, timeout_s: float) -> str:
 
 def _running(proc: psutil.Process) -> bool:
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
