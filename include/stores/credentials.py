@@ -48,7 +48,8 @@ class CredentialStoreError(Exception):
 
 def secret_key_from_env() -> str | None:
     """The first of ``TRIBUTARY_SECRET_KEY`` and ``AIRFLOW__CORE__FERNET_KEY`` that is set."""
-    return next((v for name in KEY_VARIABLES if (v := os.environ.get(name, "").strip())), None)
+    own, airflows = os.environ.get("TRIBUTARY_SECRET_KEY", ""), os.environ.get("AIRFLOW__CORE__FERNET_KEY", "")
+    return own.strip() or airflows.strip() or None
 
 
 def store_engine(url: str, metadata: sa.MetaData) -> sa.Engine:

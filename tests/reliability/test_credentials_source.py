@@ -120,7 +120,16 @@ def _env_reads(path: Path) -> list[tuple[int, str | None]]:
         for t in n.targets
         if isinstance(t, ast.Name)
     }
-    uses = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")}
+    # os.environ / os.getenv only: psutil's Process.environ() reads another process's environment
+    # (the renderer finds the browsers it tagged), not this process's configuration
+    uses = {
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and n.attr in ("environ", "getenv")
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "os"
+    }
     named: dict[int, str] = {}
     for node in ast.walk(tree):
         key = None

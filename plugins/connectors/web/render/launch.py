@@ -100,7 +100,9 @@ async def launch_chromium(executable: str, args: Sequence[str], startup_timeout_
     """Start Chromium and wait (at most ``startup_timeout_s``) for its DevTools endpoint."""
     profile = Path(tempfile.mkdtemp(prefix="tributary-chromium-"))
     tag = uuid.uuid4().hex
-    env = {**os.environ, TAG_VARIABLE: tag}
+    # an environment of its own: the worker's (Airflow Connections as AIRFLOW_CONN_*, keys) never
+    # reaches a process that runs a page's script
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(profile), "LANG": "C.UTF-8", TAG_VARIABLE: tag}
     argv = [executable, *args, "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"]
     stderr = (profile / "stderr.log").open("wb")
     try:
