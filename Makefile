@@ -12,7 +12,7 @@ export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test venv system services lint bench clean
+.PHONY: run test ui venv system services lint bench clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ $(STAMP): requirements.txt constraints.txt
 ## make run: install, migrate Airflow's DB, serve the demo site, run sync_web_demo in Airflow, search
 run: venv
 	$(PY) -m plugins.tributary_airflow.demo.run
+
+## make ui: Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:8080 with the
+## Tributary pages at /tributary/, and the demo site; Ctrl-C stops everything
+ui: venv
+	bash scripts/ui.sh
 
 ## make test: install what is missing (venv, Debian packages, services), lint, run the whole suite
 test: venv system services lint

@@ -10,32 +10,66 @@ vector is 1,536 bytes here and ~7 KB as JSON text)::
 
     b"TVEC" | u8 version | u32 header length | header JSON (utf-8) | float32 little-endian rows
 
-The header names the model, the dimensions, the row count, the chunk ids and the reuse flags;
-:func:`read_vectors` checks every one of them against the payload's size before it allocates,
-so a truncated or forged file is a :class:`VectorFileError`, never a huge allocation.
+The header names the model, the dimensions, the row count, the chunk ids and the reuse flags.
+Reading one is bounded before anything is decoded: the header may hold at most
+:data:`MAX_HEADER_BYTES`, and it is decoded straight into its typed shape (msgspec), so a value
+of the wrong type (``Infinity``, ``1e400``, a 100k-deep array) is refused at its first byte
+instead of being built; the row count and dimensions are then checked against the payload's
+size before the matrix is allocated. Any file that is not a vector file of this version is a
+:class:`VectorFileError`, which the upsert stage reads as a ``StagingCorruptError``: the item it
+belongs to fails as ``staging_corrupt`` (retried next run), never its batch.
 """
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_DIMENSIONS", "VectorFileError", "VectorSet", "decode_vectors", "encode_vectors", "read_vectors"]
+__all__ = [
+    "MAX_DIMENSIONS",
+    "MAX_HEADER_BYTES",
+    "MAX_ROWS",
+    "VectorFileError",
+    "VectorSet",
+    "decode_vectors",
+    "encode_vectors",
+    "read_vectors",
+]
 
 _MAGIC = b"TVEC"
 _VERSION = 1
 _PREFIX = struct.Struct("<4sBI")
 MAX_DIMENSIONS = 8192  # larger than any embedding model in use (OpenAI's largest: 3,072)
-_MAX_HEADER = 64 << 20
+# A header costs ~55 bytes per chunk (its id and reuse flag): 4 MiB hold ~75k chunks of one
+# document, far more than any parsed document yields; the worst header under the cap (millions
+# of two-character ids) decodes in ~50 MiB.
+MAX_HEADER_BYTES = 4 << 20
+MAX_ROWS = 1 << 20  # chunks of one document
 
 
 class VectorFileError(ValueError):
-    """A vector file that is not one, or whose header and payload disagree."""
+    """A vector file that is not one, or whose header and payload disagree. The reader of a staged
+    one (:func:`plugins.engine.manifests.load_vectors`) raises it as a ``StagingCorruptError``
+    (not a subclass of it here: ``include`` would import ``include.staging``, a package cycle)."""
+
+
+class _Header(msgspec.Struct, forbid_unknown_fields=True):
+    """The header's one shape: decoding refuses any other type at the first byte of it."""
+
+    model: str
+    dimensions: Annotated[int, msgspec.Meta(gt=0, le=MAX_DIMENSIONS)]
+    rows: Annotated[int, msgspec.Meta(ge=0, le=MAX_ROWS)]
+    chunk_ids: list[str]
+    reused: list[bool]
+
+
+_HEADER = msgspec.json.Decoder(_Header)
 
 
 @dataclass(slots=True)
@@ -64,21 +98,17 @@ class VectorSet:
 
 
 def encode_vectors(vectors: VectorSet) -> bytes:
-    header = json.dumps(
-        {
-            "model": vectors.model,
-            "dimensions": vectors.dimensions,
-            "rows": len(vectors.chunk_ids),
-            "chunk_ids": vectors.chunk_ids,
-            "reused": vectors.reused,
-        },
-        ensure_ascii=False,
-    ).encode("utf-8")
+    """The file of ``vectors`` (``ValueError`` when its header would pass :data:`MAX_HEADER_BYTES`)."""
+    rows = len(vectors.chunk_ids)
+    header = msgspec.json.encode(_Header(vectors.model, vectors.dimensions, rows, vectors.chunk_ids, vectors.reused))
+    if len(header) > MAX_HEADER_BYTES or rows > MAX_ROWS:
+        raise ValueError(f"{rows} vectors need a {len(header)}-byte header; a vector file holds {MAX_HEADER_BYTES}")
     payload = np.ascontiguousarray(vectors.matrix, dtype="<f4").tobytes()
     return _PREFIX.pack(_MAGIC, _VERSION, len(header)) + header + payload
 
 
 def decode_vectors(data: bytes) -> VectorSet:
+    """The vector set of a file's bytes (:class:`VectorFileError` if it is not a valid one)."""
     if len(data) < _PREFIX.size:
         raise VectorFileError(f"vector file of {len(data)} bytes is shorter than its prefix")
     magic, version, header_len = _PREFIX.unpack_from(data)
@@ -86,21 +116,25 @@ def decode_vectors(data: bytes) -> VectorSet:
         raise VectorFileError("not a vector file (bad magic)")
     if version != _VERSION:
         raise VectorFileError(f"vector file version {version} is not {_VERSION}")
-    if header_len > min(_MAX_HEADER, len(data) - _PREFIX.size):
+    if header_len > MAX_HEADER_BYTES:
+        raise VectorFileError(f"vector file header of {header_len} bytes is over the {MAX_HEADER_BYTES}-byte cap")
+    if header_len > len(data) - _PREFIX.size:
         raise VectorFileError(f"vector file header of {header_len} bytes runs past the file")
     try:
-        header = json.loads(data[_PREFIX.size : _PREFIX.size + header_len])
-        model, dims, rows = str(header["model"]), int(header["dimensions"]), int(header["rows"])
-        chunk_ids, reused = [str(c) for c in header["chunk_ids"]], [bool(r) for r in header["reused"]]
-    except (ValueError, KeyError, TypeError) as exc:
+        header = _HEADER.decode(memoryview(data)[_PREFIX.size : _PREFIX.size + header_len])
+    except msgspec.DecodeError as exc:  # ValidationError included: a wrong type or an out-of-range count
         raise VectorFileError(f"vector file header is malformed: {exc}") from None
-    if not 0 < dims <= MAX_DIMENSIONS or rows != len(chunk_ids) or rows != len(reused):
-        raise VectorFileError(f"vector file header is inconsistent ({rows} rows, {dims} dimensions)")
+    rows, dims = header.rows, header.dimensions
+    if rows != len(header.chunk_ids) or rows != len(header.reused):
+        raise VectorFileError(
+            f"vector file header is inconsistent ({rows} rows, {len(header.chunk_ids)} chunk ids, "
+            f"{len(header.reused)} reuse flags)"
+        )
     payload = memoryview(data)[_PREFIX.size + header_len :]
-    if len(payload) != rows * dims * 4:
+    if len(payload) != rows * dims * 4:  # before the matrix is allocated
         raise VectorFileError(f"vector file holds {len(payload)} payload bytes, not {rows} x {dims} float32")
     matrix = np.frombuffer(payload, dtype="<f4").reshape(rows, dims).astype(np.float32)
-    return VectorSet(model, dims, chunk_ids, matrix, reused)
+    return VectorSet(header.model, dims, header.chunk_ids, matrix, header.reused)
 
 
 def read_vectors(path: str | Path) -> VectorSet:

@@ -9,6 +9,9 @@ Every file a later stage reads back is recorded (size and SHA-256) in the manife
 points at it, and checked when read (:meth:`StagingArea.read_verified`): a file replaced or
 truncated in staging between two tasks (a full disk, another process, an operator's hand) is
 refused with :class:`StagingCorruptError` instead of being indexed as if it were the source's.
+The manifests themselves are handed from task to task as *refs* (:meth:`StagedFile.ref`,
+``<location>#<size>:<sha256>``), so the task reading one checks it against what the writing
+task recorded in XCom, not against anything kept in the staging area it may have changed in.
 
 Where the area lives is a location (:mod:`include.staging.locations`): a local directory by
 default (``TRIBUTARY_STAGING_URL`` unset: ``$TRIBUTARY_STAGING_DIR``, ``$TRIBUTARY_HOME/staging``)
@@ -29,9 +32,19 @@ from typing import Any
 from include.settings import get_settings
 from include.staging.locations import backend_for, join, location_parent
 
-__all__ = ["StagedFile", "StagingArea", "StagingCorruptError", "StagingTooLargeError", "file_digest", "segment"]
+__all__ = [
+    "StagedFile",
+    "StagingArea",
+    "StagingCorruptError",
+    "StagingTooLargeError",
+    "file_digest",
+    "segment",
+    "split_ref",
+]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=-]")
+# ``#`` never occurs in a staged name (``segment`` and the stage names keep to _UNSAFE's set)
+_REF = re.compile(r"(?P<location>.+)#(?P<size>\d+):(?P<sha256>[0-9a-f]{64})")
 _SEGMENT_MAX = 150
 
 
@@ -77,6 +90,19 @@ class StagedFile:
     def digest(self) -> dict[str, Any]:
         return {"size": self.size, "sha256": self.sha256}
 
+    def ref(self) -> str:
+        """The file as one string that carries its digest: ``<location>#<size>:<sha256>``."""
+        return f"{self.path}#{self.size}:{self.sha256}"
+
+
+def split_ref(ref: str) -> tuple[str, dict[str, Any] | None]:
+    """A ref's location and digest (:meth:`StagedFile.ref`); a bare location (handed on by a
+    task of an engine before refs, in a run resumed after an upgrade) has no digest: None."""
+    match = _REF.fullmatch(str(ref))
+    if match is None:
+        return str(ref), None
+    return match["location"], {"size": int(match["size"]), "sha256": match["sha256"]}
+
 
 class StagingArea:
     def __init__(self, dag_id: str, run_id: str, root: str | os.PathLike[str] | None = None) -> None:
@@ -97,8 +123,8 @@ class StagingArea:
 
     @classmethod
     def of(cls, location: str) -> StagingArea:
-        """The staging area holding the file at ``location`` (e.g. a stage manifest)."""
-        return cls.at(location_parent(location))
+        """The staging area holding the file at ``location`` (e.g. a stage manifest; a ref too)."""
+        return cls.at(location_parent(split_ref(location)[0]))
 
     # -- paths -------------------------------------------------------------------------------
     def path(self, name: str) -> str:

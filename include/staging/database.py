@@ -95,6 +95,11 @@ class DatabaseBackend:
         self._url = url  # None: the state database configured when a call is made
 
     @property
+    def max_object_bytes(self) -> int:
+        """The cap per object (the packed stage files are split into parts below it)."""
+        return MAX_OBJECT_BYTES
+
+    @property
     def engine(self) -> Engine:
         url = self._url or get_settings().state_url
         _ENGINES.add(url)

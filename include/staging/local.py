@@ -18,6 +18,8 @@ def _path(location: str) -> Path:
 
 
 class LocalBackend:
+    max_object_bytes: int | None = None  # no cap per object but the disk's
+
     def write(self, location: str, data: bytes) -> None:
         target = _path(location)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,8 @@ def _target(location: str) -> tuple[Any, str, str]:
 class ObjectStoreBackend:
     """:class:`~include.staging.locations.StagingBackend` over an fsspec object store."""
 
+    max_object_bytes: int | None = None  # S3 takes 5 TB per object (fsspec uploads big ones in parts)
+
     def write(self, location: str, data: bytes) -> None:
         fs, path, _ = _target(location)
         # Atomic: S3 (and GCS, Azure blobs) make an object visible only once its upload is

@@ -25,7 +25,9 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -34,7 +36,9 @@ from include.index.base import SEARCH_MODES
 from include.settings import get_settings
 from include.stores import StateStore, open_state_store
 from plugins.connectors.base import validate_source_options
-from plugins.engine import get_source, run_pipeline
+from plugins.engine import RunContext, get_source, run_pipeline
+from plugins.engine.cli_format import runs_table_text, score_text, sync_summary_text
+from plugins.engine.discover import open_connector
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
 from plugins.engine.reaper import DagRunState, reap_stale_runs
 from plugins.engine.search import SearchError, VectorSearchUnavailable, run_search
@@ -80,9 +84,30 @@ def cmd_sync(args: argparse.Namespace) -> int:
         "window_end": args.window_end,
         "allow_mass_delete": args.allow_mass_delete,
     }
-    summary = run_pipeline(get_source(args.source), params)
-    _emit(summary, args.json, f"run {summary.run_id}: {summary.status}\n" + json.dumps(summary.counts, indent=2))
-    return 0
+    source = _source_or_none(args.source)
+    if source is None:
+        return 2
+    started = time.monotonic()
+    summary = run_pipeline(source, params)
+    summary.status = str(summary.counts.get("outcome") or summary.status)  # the run's judged outcome
+    _emit(
+        summary,
+        args.json,
+        sync_summary_text(summary.run_id, source.source_id, summary.counts, time.monotonic() - started),
+    )
+    return 1 if summary.status == "failed" else 0
+
+
+def _source_or_none(name: str) -> Any:
+    """The configured source, or None after one line naming the known ones (no traceback)."""
+    try:
+        return get_source(name)
+    except KeyError:
+        known = [s.source_id for s in load_sources_report(get_settings().sources_file, validate_source_options)[0]]
+        print(f"unknown source {name!r}; known: {', '.join(known) or 'none'}", file=sys.stderr)
+    except ValueError as exc:  # configured but invalid
+        print(f"invalid source {name!r}: {exc}", file=sys.stderr)
+    return None
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -104,7 +129,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     lines = []
     for h in hits:
         where = " > ".join(h["heading_path"]) if h["heading_path"] else ""
-        lines.append(f"{h['rank']}. [{h['score']:.3f}] {h['title'] or ''} {where}\n   {h['url'] or h['doc_id']}")
+        lines.append(f"{h['rank']}. [{score_text(h)}] {h['title'] or ''} {where}\n   {h['url'] or h['doc_id']}")
         lines.append(f"   run {h['run_id']}, version {h['doc_version']}, lineage: chunk {h['chunk_id']}")
         lines.append("   " + " ".join(h["text"].split())[:240])
     _emit(hits, args.json, "\n".join(lines) or "no hits")
@@ -125,14 +150,9 @@ def _missing(what: str) -> int:
     return 1
 
 
-def _counts_text(counts: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in counts.items() if k in ("new", "changed", "unchanged", "deleted", "failed"))
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = _query(lambda store: list_runs(store, args.source, limit=args.limit))
-    lines = [f"{r['run_id']:45} {r['source']:20} {r['status']:8} {_counts_text(r['counts'])}" for r in runs]
-    _emit(runs, args.json, "\n".join(lines) or "no runs")
+    _emit(runs, args.json, runs_table_text(runs) if runs else "no runs")
     return 0
 
 
@@ -176,10 +196,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _canonical_key(source_name: str, key: str) -> tuple[str, str] | None:
+    """(source id, the key as ``sync --only-key`` would canonicalise it: a page URL relative to
+    the first seed, a file path relative to the root); None for an unknown source."""
+    source = _source_or_none(source_name)
+    if source is None:
+        return None
+    try:
+        with open_connector(RunContext(source, "cli-item")) as connector:
+            return source.source_id, connector.canonical_key(key)
+    except Exception:  # a connector that cannot open here (credentials): the key as typed
+        return source.source_id, key
+
+
 def cmd_item(args: argparse.Namespace) -> int:
-    found = _query(lambda store: item_history(store, args.source, args.key))
+    resolved = _canonical_key(args.source, args.key)
+    if resolved is None:
+        return 2
+    source_id, key = resolved
+    found = _query(lambda store: item_history(store, source_id, args.key) or item_history(store, source_id, key))
     if found is None:
-        return _missing(f"item {args.key!r} in {args.source}")
+        return _missing(f"item {args.key!r} in {source_id}")
+    args.source, args.key = source_id, key
     text = [f"{args.source} {args.key}"]
     state = found["state"]
     if state:
@@ -292,7 +330,12 @@ def main(
     """Run one command. ``dag_run_state`` lets ``reap`` judge Airflow runs (see the module doc)."""
     args = build_parser(prog).parse_args(argv)
     args.dag_run_state = dag_run_state
-    return int(args.fn(args))
+    try:
+        return int(args.fn(args))
+    except BrokenPipeError:  # `runs | head`: the reader left; say nothing more
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - Python flushes stdout at exit
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ keyed by (run, item).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from include.index import IndexBackend, open_index
@@ -22,6 +23,7 @@ from plugins.engine.commit_rules import (
     commit_written,
     dry_run_counts,
     dry_run_lineage,
+    judge_outcome,
     keep_missing,
     rebuild_ends,
     record_failures,
@@ -34,7 +36,15 @@ from plugins.engine.reaper import retains_raw
 from plugins.engine.records import RunPlan
 from plugins.engine.retention import prune_source
 
-__all__ = ["MissingManifestsError", "abort_run", "commit_stage", "end_rebuild", "finish_stage", "missing_batches"]
+__all__ = [
+    "MissingManifestsError",
+    "abort_run",
+    "commit_stage",
+    "end_rebuild",
+    "finish_stage",
+    "missing_batches",
+    "with_error_reason",
+]
 
 _STAGES = ("batch", "fetched", "parsed", "chunked", "embedded", "upserted")
 
@@ -117,15 +127,24 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     record_skipped(plan.skipped, book)
     store.save_items(book.states)
     store.record_run_items(ctx.run_id, sid, book.lineage)
-    result = run_counts(plan, manifests, book)
+    result = _judged(run_counts(plan, manifests, book), book.reasons)
     log.info("%s: committed %s", sid, result)
     return result
+
+
+def _judged(counts: dict[str, Any], item_reasons: Mapping[str, int]) -> dict[str, Any]:
+    """``counts`` with the run's outcome: ``outcome`` (success / partial / failed), ``reasons``
+    ({reason: count}) and ``outcome_note`` (one line), which the summary closes the run with."""
+    outcome, reasons, note = judge_outcome(counts, item_reasons)
+    return {**counts, "outcome": outcome, "reasons": reasons, "outcome_note": note}
 
 
 def _dry_run(ctx: RunContext, store: StateStore, plan: RunPlan) -> dict[str, Any]:
     """Report what a real run would change; touch neither the index nor item state."""
     store.record_run_items(ctx.run_id, ctx.source.source_id, dry_run_lineage(plan))
-    return dry_run_counts(plan)
+    reasons = Counter(f.reason or "error" for f in plan.failed)
+    reasons["quarantined"] += sum(1 for s in plan.skipped if s.reason.startswith("quarantined"))
+    return _judged(dry_run_counts(plan), reasons)
 
 
 def end_rebuild(ctx: RunContext, success: bool) -> None:
@@ -140,27 +159,53 @@ def end_rebuild(ctx: RunContext, success: bool) -> None:
 
 
 def abort_run(ctx: RunContext, store: StateStore, error: str) -> None:
-    """A run failed: record it and drop a half-written rebuild (state was never committed)."""
+    """A run failed: record it and drop a half-written rebuild (state was never committed).
+
+    The counts the run log has so far (a mass-delete guard's ``would_delete``) stay, with the
+    error's kind added to ``reasons`` (``error:MassDeleteError``) for the run's error panel."""
     if closed_run(ctx, store) is not None:
         log.warning("%s: a re-run task of finished run %s failed: %s", ctx.source.source_id, ctx.run_id, error)
-        return  # the run itself succeeded and stays so
-    store.finish_run(ctx.run_id, "failed", {}, error=error[:2000], source=ctx.source.source_id)
+        return  # the run itself finished and stays as it ended
+    sid = ctx.source.source_id
+    counts = with_error_reason(dict((store.get_run(ctx.run_id, sid) or {}).get("counts") or {}), error)
+    store.finish_run(ctx.run_id, "failed", counts, error=error[:2000], source=sid)
     end_rebuild(ctx, success=False)
 
 
+def with_error_reason(counts: dict[str, Any], error: str) -> dict[str, Any]:
+    """``counts`` with one more ``error:<ExceptionType>`` in ``reasons`` (``error`` reads
+    ``"<ExceptionType>: message"``, as the runner and the failure callback write it)."""
+    kind = error.partition(":")[0].strip() if ":" in error else "error"
+    reasons = dict(counts.get("reasons") or {})
+    key = f"error:{kind or 'error'}"
+    reasons[key] = int(reasons.get(key, 0)) + 1
+    return {**counts, "reasons": reasons}
+
+
 def finish_stage(ctx: RunContext, store: StateStore, counts: dict[str, Any]) -> dict[str, Any]:
-    """Swap a rebuilt index in, close the run in the run log and clean its staging area."""
+    """Swap a rebuilt index in, close the run in the run log with its outcome (``counts["outcome"]``,
+    judged at commit) and clean its staging area.
+
+    A ``failed`` outcome (nothing was reached) drops a full resync's rebuild instead of swapping
+    an empty generation in; the Airflow layer fails its summary task on it, so the DAG run fails
+    and its failure callback alerts (not this stage: that would alert twice).
+    """
     if (closed := closed_run(ctx, store)) is not None:
         return dict(closed.get("counts") or {})  # already closed (a cleared summary task)
-    end_rebuild(ctx, success=True)
+    outcome = str(counts.get("outcome") or "success")
+    end_rebuild(ctx, success=outcome != "failed")
     staging = ctx.staging
     counts = dict(counts)
     counts["staging_bytes"] = staging.size_bytes()
     keep_raw = retains_raw(ctx.source)
     # retention first (this run is the newest, so always kept): its counts go into the summary
     counts.update(prune_source(store, ctx.source, keep_raw))
-    store.finish_run(ctx.run_id, "success", counts, source=ctx.source.source_id)
-    # a success with many failed or newly quarantined items is not a silent one (plugins.engine.alerts)
-    alert_finished_run(ctx, store, counts)
+    note = counts.get("outcome_note") or None
+    store.finish_run(
+        ctx.run_id, outcome, counts, error=note if outcome != "success" else None, source=ctx.source.source_id
+    )
+    if outcome != "failed":
+        # a run with many failed or newly quarantined items is not a silent one (plugins.engine.alerts)
+        alert_finished_run(ctx, store, counts)
     staging.cleanup(keep_raw=keep_raw)
     return counts

@@ -28,12 +28,14 @@ __all__ = [
     "dry_run_counts",
     "dry_run_lineage",
     "failure_state",
+    "judge_outcome",
     "keep_missing",
     "merge_observed_version",
     "rebuild_ends",
     "record_failures",
     "record_skipped",
     "run_counts",
+    "written_action",
     "written_state",
 ]
 
@@ -48,6 +50,8 @@ class CommitBook:
     states: list[ItemState] = field(default_factory=list)
     lineage: list[RunItem] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+    # why items failed or were skipped for an error this run (``fetch:http_500``, ``quarantined``)
+    reasons: Counter[str] = field(default_factory=Counter)
 
 
 def apply_deletions(
@@ -162,13 +166,29 @@ def _embedding_lineage(item: ItemRecord) -> dict[str, Any]:
     }
 
 
+FORCED_UNCHANGED = "forced re-processing: content and chunks unchanged"
+
+
+def written_action(item: ItemRecord) -> str:
+    """``new`` / ``changed`` for an item this run wrote; ``unchanged`` for a forced one (full
+    resync, ``only_keys``, new processing) whose text and chunks came out as they were indexed:
+    re-processing it changed nothing, and saying "changed" would send an auditor looking for it."""
+    if item.prior is None or not item.prior.has_version:
+        return "new"
+    content_hash, _, _, upserted = _written(item)
+    rewritten = upserted.written or upserted.deleted_chunks or upserted.chunks_added or upserted.chunks_removed
+    same = content_hash == item.prior.content_hash and not rewritten
+    return "unchanged" if item.forced and same else "changed"
+
+
 def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) -> RunItem:
     content_hash, parsed, chunked, upserted = _written(item)
+    forced_reason = FORCED_UNCHANGED if action == "unchanged" else "forced re-processing"
     return RunItem(
         item_key=item.item_key,
         action=action,
         doc_id=chunked.doc_id,
-        reason="forced re-processing" if item.forced else None,
+        reason=forced_reason if item.forced else None,
         version_before=item.prior.version_dict if item.prior else None,
         version_after=version.to_dict(),
         content_hash=content_hash,
@@ -195,12 +215,14 @@ def commit_written(items: Iterable[ItemRecord], sid: str, processing_hash: str, 
     current row, which a first attempt of this task may already have replaced)."""
     for item in items:
         state = written_state(item, sid, processing_hash, run_id)
-        action = "changed" if item.prior is not None and item.prior.has_version else "new"
+        action = written_action(item)
         upserted = _written(item)[3]
         book.states.append(state)
         assert state.version is not None
         book.lineage.append(_written_lineage(item, action, state.version))
         book.counts[action] += 1
+        if action == "unchanged":
+            book.counts["unchanged_forced"] += 1  # of "unchanged": re-processed by force, same result
         book.counts["chunks_written"] += upserted.written
         book.counts["chunks_unchanged"] += upserted.unchanged_chunks
         book.counts["chunks_deleted"] += upserted.deleted_chunks
@@ -251,6 +273,8 @@ def record_failures(
             )
         )
         book.counts[action] += 1
+        if action == "failed":
+            book.reasons[failure.reason or "error"] += 1
 
 
 def keep_missing(missing: Mapping[str, int], prior_states: Mapping[str, ItemState], book: CommitBook) -> None:
@@ -267,10 +291,13 @@ def record_skipped(skipped: Iterable[Skip], book: CommitBook) -> None:
     for skip in skipped:
         book.lineage.append(RunItem(item_key=skip.item_key, action="skipped", reason=skip.reason))
         book.counts["skipped"] += 1
+        if skip.reason.startswith("quarantined"):
+            book.reasons["quarantined"] += 1
 
 
 _ZEROS = (
-    *("new", "changed", "unchanged", "deleted", "failed", "skipped", "fetched", "parsed", "chunked"),
+    *("new", "changed", "unchanged", "unchanged_forced", "deleted", "failed", "skipped", "fetched", "parsed"),
+    "chunked",
     *("chunks_written", "chunks_unchanged", "chunks_deleted"),
     *("chunks_embedded", "chunks_vector_reused", "chunks_truncated"),
 )
@@ -283,7 +310,7 @@ def run_counts(plan: RunPlan, manifests: list[BatchManifest], book: CommitBook) 
         1 for m in manifests for u in m.unchanged if u.raw is not None
     )
     counts["parsed"] = counts["fetched"]  # every fetched item went through the parser
-    counts["chunked"] = counts["new"] + counts["changed"]
+    counts["chunked"] = sum(len(m.items) for m in manifests)  # new, changed and unchanged (forced)
     # A crawler downloads during discovery and reports its bytes; other connectors during fetch.
     staged = sum(e.raw.byte_size for m in manifests for e in m.items + m.unchanged if e.raw is not None)
     counts["bytes_fetched"] = int(plan.stats.get("bytes", staged))
@@ -298,18 +325,40 @@ def run_counts(plan: RunPlan, manifests: list[BatchManifest], book: CommitBook) 
     # the connector's own counters (a crawl's fetched / not modified / skipped / errors by kind)
     result["source_stats"] = plan.stats
     result["listing_complete"] = plan.complete
+    result["deferred"] = int(plan.stats.get("deferred", 0))  # past max_items, left for a later run
     result["batches"] = len(plan.batches)
     return result
 
 
+def _would(kind: str, forced: bool) -> str:
+    if kind == "new":
+        return "dry run: would be indexed (new)"
+    if forced:
+        return "dry run: would be re-processed (forced); unchanged (forced) if its content is the same"
+    return "dry run: would be re-indexed (changed)"
+
+
 def dry_run_lineage(plan: RunPlan) -> list[RunItem]:
-    """What a real run would change, as lineage rows (index and item state are not touched)."""
+    """What a real run would do, as lineage rows with a real run's actions and "would" in the
+    reason (index and item state are not touched)."""
+    forced = set(plan.forced)
     rows = [
-        RunItem(item_key=key, action=kind.value, reason="dry run: would be fetched and re-indexed if content changed")
+        RunItem(item_key=key, action=kind.value, reason=_would(kind.value, key in forced))
         for key, kind in plan.new_or_changed.items()
     ]
     rows += [
-        RunItem(item_key=d.item_key, action="deleted", doc_id=d.doc_id, reason=f"dry run: would delete ({d.reason})")
+        RunItem(
+            item_key=u.item_key,
+            action="unchanged",
+            doc_id=u.prior.doc_id if u.prior else None,
+            reason=f"dry run: would stay unchanged ({u.unchanged_reason or u.change.reason or 'not modified'})",
+        )
+        for u in plan.unchanged
+    ]
+    rows += [
+        RunItem(
+            item_key=d.item_key, action="deleted", doc_id=d.doc_id, reason=f"dry run: would be deleted ({d.reason})"
+        )
         for d in plan.deletions
     ]
     return rows
@@ -323,6 +372,9 @@ def dry_run_counts(plan: RunPlan) -> dict[str, Any]:
         "would_update": kinds.get("changed", 0),
         "unchanged": len(plan.unchanged),
         "would_delete": len(plan.deletions),
+        "source_stats": plan.stats,
+        "listing_complete": plan.complete,
+        "deferred": int(plan.stats.get("deferred", 0)),
         **dict.fromkeys(("new", "changed", "deleted", "failed", "fetched", "parsed", "chunked", "chunks_written"), 0),
     }
 
@@ -331,3 +383,58 @@ def rebuild_ends(params: RunParams) -> bool:
     """A full resync (not a dry run) began an index rebuild at discovery: the run's end swaps it
     in or drops it."""
     return params.full_resync and not params.dry_run
+
+
+# ------------------------------------------------------------------------------ the run's outcome
+
+OUTCOMES = ("success", "partial", "failed")
+
+
+def _connector_reasons(stats: Mapping[str, Any], item_reasons: Mapping[str, int]) -> Counter[str]:
+    """The connector's own error counters, less those the items' reasons already count (a
+    crawler counts a page's ``http_500`` in ``errors`` and fails the item with ``fetch:http_500``)."""
+    reasons: Counter[str] = Counter()
+    errors = stats.get("errors")
+    if isinstance(errors, Mapping):
+        by_suffix = Counter({r.rpartition(":")[2]: n for r, n in item_reasons.items()})
+        for kind, n in errors.items():
+            left = int(n) - by_suffix.get(str(kind), 0) - by_suffix.get(str(kind).removeprefix("render_"), 0)
+            if left > 0:
+                reasons[str(kind)] += left
+    elif isinstance(errors, list) and errors:  # a listing's error lines (Feishu's folder walk)
+        reasons["listing_error"] += len(errors)
+    if incomplete := stats.get("incomplete_reasons"):  # Yuque: why the listing is not complete
+        reasons["listing_incomplete"] += len(incomplete)
+    robots = stats.get("robots")
+    if isinstance(robots, Mapping):
+        unreachable = sum(1 for status in robots.values() if status == "unreachable")
+        if unreachable:
+            reasons["robots_unreachable"] += unreachable
+    return reasons
+
+
+def judge_outcome(counts: Mapping[str, Any], item_reasons: Mapping[str, int]) -> tuple[str, dict[str, int], str]:
+    """(outcome, reasons counted, one line saying why) of a run whose commit is done.
+
+    ``success``: no error anywhere. ``partial``: some items failed or were skipped for an error,
+    or the connector met errors, and the rest committed. ``failed``: errors and not one item
+    reached (the listing failed, nothing was reachable, every fetch failed): whatever the counts
+    of zero say, nothing was synced. Deletions are not judged here: an incomplete listing deletes
+    nothing (``plan_rules.plan_deletions``).
+    """
+    reasons = Counter({k: int(v) for k, v in item_reasons.items() if v})
+    reasons.update(_connector_reasons(counts.get("source_stats") or {}, item_reasons))
+    ordered = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+    if not ordered:
+        return "success", {}, ""
+    # items read and committed (a dry run: planned); skipped ones were not reached
+    kinds = ("would_add", "would_update", "unchanged") if counts.get("dry_run") else ("new", "changed", "unchanged")
+    reached = sum(int(counts.get(k) or 0) for k in kinds)
+    failing = int(counts.get("failed") or 0) + reasons.get("quarantined", 0)
+    listed = "listing incomplete" if counts.get("listing_complete") is False else "listing complete"
+    why = ", ".join(f"{k} {n}" for k, n in ordered.items())
+    if reached <= 0:
+        what = f"all {failing} items failed" if failing else "nothing was reached"
+        return "failed", ordered, f"{what} ({listed}; {why})"
+    what = f"{failing} failed or skipped for errors" if failing else "the source reported errors"
+    return "partial", ordered, f"{reached} items synced, {what} ({listed}; {why})"

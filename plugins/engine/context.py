@@ -13,7 +13,7 @@ from include.staging import StagingArea
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
 
-__all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source"]
+__all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source", "is_closed"]
 
 log = logging.getLogger("tributary")
 
@@ -114,8 +114,21 @@ def get_source(name: str) -> SourceConfig:
     raise KeyError(f"source {name!r} not found in {settings.sources_file}")
 
 
+def is_closed(run: dict[str, Any] | None) -> bool:
+    """A run-log row of a run that finished: closed by its summary as ``success`` or ``partial``,
+    or as ``failed`` with an outcome judged at commit (``counts["outcome"]``: its commit stands,
+    nothing was reached). A run that failed on an error (a task raised) has no outcome: not closed.
+    """
+    if run is None:
+        return False
+    status = run.get("status")
+    return status in ("success", "partial") or (
+        status == "failed" and (run.get("counts") or {}).get("outcome") == "failed"
+    )
+
+
 def closed_run(ctx: RunContext, store: StateStore) -> dict[str, Any] | None:
-    """The run-log row of this run if it already finished successfully, else None.
+    """The run-log row of this run if it already finished (:func:`is_closed`), else None.
 
     A finished run is closed: clearing and re-running any of its tasks in Airflow must leave
     index, state and run log as they are (its staging area is gone), so steps treat it as
@@ -123,4 +136,4 @@ def closed_run(ctx: RunContext, store: StateStore) -> dict[str, Any] | None:
     step checks it: ``plugins.engine.steps.Step``).
     """
     run = store.get_run(ctx.run_id, ctx.source.source_id)
-    return run if run is not None and run.get("status") == "success" else None
+    return run if is_closed(run) else None

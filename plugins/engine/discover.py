@@ -188,6 +188,8 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
     limits = (source.engine_options.quarantine_after, request.max_items)
     sorted_ = classify_changes(found.changes, states, forced, params, limits, staged_digest or staging.staged_digest)
     skipped = sorted_.skipped + connector_skips(found.stats)
+    if sorted_.deferred:
+        found.stats["deferred"] = sorted_.deferred  # said in the run's counts, in words on its page
     failed = discovery_failures(found.stats, sorted_.items)
     listing = found.all_keys if found.complete and not params.only_keys else None
     deletions, missing = plan_deletions(

@@ -177,6 +177,29 @@ def _cached(index_factory: Callable[[], IndexBackend], model: str, hashes: set[s
         index.close()
 
 
+def _stage_vectors(
+    staging: StagingArea, item: ItemRecord, chunks: list[Chunk], vectors: VectorSet, truncated: list[TruncatedChunk]
+) -> EmbedOutcome | ItemFailure:
+    """Stage one document's vector file; a document with more chunks than one file's header
+    holds fails alone (it would fail the same way every run: not retryable)."""
+    try:
+        data = encode_vectors(vectors)
+    except ValueError as exc:
+        return ItemFailure(item.item_key, "embed:too_many_chunks", str(exc), retryable=False, stage="embed")
+    doc_id = item.chunked.doc_id if item.chunked else chunks[0].doc_id
+    staged = staging.put_bytes(f"vectors/{doc_id}.tvec", data)
+    reused_ids = [cid for cid, r in zip(vectors.chunk_ids, vectors.reused, strict=True) if r]
+    return EmbedOutcome(
+        model=vectors.model,
+        dimensions=vectors.dimensions,
+        file=StagedRef.of(staged),
+        computed=len(vectors.chunk_ids) - len(reused_ids),
+        reused=len(reused_ids),
+        reused_chunk_ids=reused_ids,
+        truncated=truncated,
+    )
+
+
 def embed_stage(
     chunked_path: str,
     source: SourceConfig,
@@ -204,29 +227,17 @@ def embed_stage(
     claimed: set[str] = set()
     for item, chunks in docs:
         done = _document_vectors(item, chunks, found, claimed, model)
-        if isinstance(done, ItemFailure):
-            log.warning("%s: %s not embedded: %s", source.source_id, item.item_key, done.error)
-            out.failures.append(done)
+        outcome = done if isinstance(done, ItemFailure) else _stage_vectors(staging, item, chunks, *done)
+        if isinstance(outcome, ItemFailure):
+            log.warning("%s: %s not embedded: %s", source.source_id, item.item_key, outcome.error)
+            out.failures.append(outcome)
             continue
-        vectors, truncated = done
-        doc_id = item.chunked.doc_id if item.chunked else chunks[0].doc_id
-        staged = staging.put_bytes(f"vectors/{doc_id}.tvec", encode_vectors(vectors))
-        reused_ids = [cid for cid, r in zip(vectors.chunk_ids, vectors.reused, strict=True) if r]
-        outcome = EmbedOutcome(
-            model=model,
-            dimensions=dims,
-            file=StagedRef.of(staged),
-            computed=len(chunks) - len(reused_ids),
-            reused=len(reused_ids),
-            reused_chunk_ids=reused_ids,
-            truncated=truncated,
-        )
-        if truncated:
+        if outcome.truncated:
             log.warning(
                 "%s: %s: %d chunks truncated to the model's input limit",
                 source.source_id,
                 item.item_key,
-                len(truncated),
+                len(outcome.truncated),
             )
         out.items.append(dataclasses.replace(item, embedded=outcome, stage_ms={**item.stage_ms, "embed": elapsed}))
     return write_stage_manifest(chunked_path, out)

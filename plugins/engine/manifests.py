@@ -10,14 +10,27 @@ Staged files are checked when read back: an item records the size and SHA-256 of
 (``parsed.file``) and of its chunks (``chunked.file``). A mismatch is a retryable *fetch*
 failure of that item (reason ``staging_corrupt``): it is not indexed, and its stored version is
 not advanced, so the next run fetches it again instead of being told "not modified".
+
+The manifests are checked the same way. Every function here that writes one returns its *ref*,
+``<location>#<size>:<sha256>`` (:meth:`include.staging.StagedFile.ref`): the string the step
+returns to Airflow's XCom or the runner, and the next step is given. Reading a stage manifest
+whose bytes no longer match its ref (:func:`read_stage_manifest`) yields in its place a manifest
+of the same batch and stage whose items all failed as ``staging_corrupt``, so none of its
+content (a title, a chunk id) is indexed or committed and the items are fetched again next run.
+The plan (``discover.json``) is checked too; a changed plan is refused (:func:`read_plan`).
+A bare location (a run started before refs, resumed by this engine) is still read, unchecked.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
 
 from include.contract import Change, Chunk, RawDocument
-from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError, file_digest
+from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError, file_digest, split_ref
 from include.staging.locations import join, location_name, location_parent
 from include.vectors import VectorFileError, VectorSet, decode_vectors
 from plugins.engine.packed import PackedReader
@@ -25,8 +38,10 @@ from plugins.engine.records import (
     BatchManifest,
     ItemFailure,
     ItemRecord,
+    ManifestError,
     RawRef,
     RunPlan,
+    Stage,
     StagedRef,
     decode,
     encode,
@@ -43,6 +58,7 @@ __all__ = [
     "read_batch",
     "read_plan",
     "read_stage_manifest",
+    "replace_corrupt_manifests",
     "write_batch_manifest",
     "write_fetched_manifest",
     "write_plan",
@@ -58,35 +74,128 @@ def corrupt_failure(item_key: str, exc: StagingCorruptError) -> ItemFailure:
     return ItemFailure(item_key, STAGING_CORRUPT, str(exc), retryable=True, stage="fetch")
 
 
-def read_stage_manifest(path: str) -> BatchManifest:
+log = logging.getLogger("tributary")
+
+
+def read_stage_manifest(ref: str) -> BatchManifest:
     """A batch's manifest of any stage (:class:`~plugins.engine.records.ManifestError` if it is
-    not one)."""
-    return decode(BatchManifest, StagingArea.read_json(path), path)
+    not one). ``ref`` carries the digest the writing step recorded; when the file no longer
+    matches it, the batch's items come back failed as ``staging_corrupt`` instead
+    (:func:`_failed_batch`): nothing the changed file says is indexed or committed."""
+    path, digest = split_ref(ref)
+    try:
+        data = StagingArea.read_verified(path, digest)
+    except StagingCorruptError as exc:
+        log.warning(
+            "stage manifest %s changed in staging: %s; its batch's items fail as %s", path, exc, STAGING_CORRUPT
+        )
+        return _failed_batch(path, str(exc))
+    return decode(BatchManifest, _json(data, path), path)
 
 
-def read_plan(path: str) -> RunPlan:
-    return decode(RunPlan, StagingArea.read_json(path), str(path))
+def read_plan(ref: str) -> RunPlan:
+    """The run's plan; :class:`StagingCorruptError` when it no longer matches its ref (a plan
+    decides deletions and what is unchanged: none of it can be trusted, nor failed item by item)."""
+    path, digest = split_ref(ref)
+    return decode(RunPlan, _json(StagingArea.read_verified(path, digest), path), path)
+
+
+def _json(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ManifestError(path, "?", f"not JSON: {exc}") from None
 
 
 def write_plan(staging: StagingArea, plan: RunPlan) -> str:
-    """Write ``discover.json`` (atomically: its existence means the run is planned)."""
-    return staging.write_json("discover.json", encode(plan))
+    """Write ``discover.json`` (atomically: its existence means the run is planned); its ref."""
+    return staging.put_json("discover.json", encode(plan)).ref()
 
 
 def write_batch_manifest(staging: StagingArea, manifest: BatchManifest) -> str:
-    return staging.write_json(f"batch-{manifest.batch:04d}.json", encode(manifest))
+    """Write a batch's first manifest; its ref (what the plan lists and fetch is given)."""
+    return staging.put_json(f"batch-{manifest.batch:04d}.json", encode(manifest)).ref()
 
 
 def next_manifest_path(path: str, stage: str) -> str:
-    """``.../batch-0003.json`` -> ``.../<stage>-0003.json`` (same run directory, same batch)."""
-    number = location_name(path).removesuffix(".json").rsplit("-", 1)[1]
-    return join(location_parent(path), f"{stage}-{number}.json")
+    """``.../batch-0003.json`` (or its ref) -> ``.../<stage>-0003.json`` (same run directory, same batch)."""
+    location = split_ref(path)[0]
+    return join(location_parent(location), f"{stage}-{_batch_number(location):04d}.json")
+
+
+def _batch_number(location: str) -> int:
+    return int(location_name(location).removesuffix(".json").rsplit("-", 1)[1])
 
 
 def write_stage_manifest(prev_path: str, manifest: BatchManifest) -> str:
-    """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one."""
+    """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one; its ref."""
     target = next_manifest_path(prev_path, manifest.stage)
-    return StagingArea.of(target).write_json(location_name(target), encode(manifest))
+    return StagingArea.of(target).put_json(location_name(target), encode(manifest)).ref()
+
+
+def replace_corrupt_manifests(refs: Iterable[str]) -> list[str]:
+    """Check the manifests commit is about to read (the upsert steps' refs): one that changed
+    since it was written is replaced, in place, by its batch with every item failed as
+    ``staging_corrupt``, so commit neither records its chunk ids nor advances its items' versions.
+    Returns the locations replaced. (A re-run replaces them the same way: the result is the same.)"""
+    replaced = []
+    for ref in refs:
+        path, digest = split_ref(ref)
+        try:
+            StagingArea.read_verified(path, digest)
+        except StagingCorruptError as exc:
+            log.warning(
+                "stage manifest %s changed in staging: %s; its batch's items fail as %s", path, exc, STAGING_CORRUPT
+            )
+            StagingArea.of(path).write_json(location_name(path), encode(_failed_batch(path, str(exc))))
+            replaced.append(path)
+    return replaced
+
+
+def _failed_batch(path: str, problem: str) -> BatchManifest:
+    """The manifest at ``path`` (changed since written) replaced by its batch with every item
+    failed as ``staging_corrupt`` (retryable: fetched again next run, versions not advanced).
+
+    The items are those of the batch's first manifest, checked against the ref the plan recorded;
+    when that one is the changed file (or cannot be checked), those of the keys the changed file
+    still names that the plan fetches. An item neither names is simply absent from the commit:
+    its stored version is not advanced either, so the next run fetches it too."""
+    location = path
+    staging = StagingArea.of(location)
+    try:
+        plan = read_plan(staging.path("discover.json"))
+    except (OSError, ManifestError, StagingCorruptError) as exc:
+        raise StagingCorruptError(f"{problem}; its batch cannot be told from the run's plan either: {exc}") from None
+    number = _batch_number(location)
+    stage: Stage = location_name(location).rsplit("-", 1)[0]  # type: ignore[assignment]
+    planned = set(plan.to_fetch)
+    keys = [k for k in _batch_keys(plan, number, location) or _named_keys(location) if k in planned]
+    error = StagingCorruptError(f"stage manifest {location_name(location)}: {problem}")
+    failures = [corrupt_failure(key, error) for key in dict.fromkeys(keys)]
+    return BatchManifest(plan.run_id, plan.source, number, stage, failures=failures)
+
+
+def _batch_keys(plan: RunPlan, number: int, changed: str) -> list[str]:
+    """The item keys of batch ``number``'s first manifest, if it checks against the plan's ref."""
+    if number >= len(plan.batches) or split_ref(plan.batches[number])[0] == changed:
+        return []
+    path, digest = split_ref(plan.batches[number])
+    try:
+        batch = decode(BatchManifest, _json(StagingArea.read_verified(path, digest), path), path)
+    except (OSError, ManifestError, StagingCorruptError):
+        return []
+    return [item.item_key for item in (*batch.items, *batch.unchanged)]
+
+
+def _named_keys(location: str) -> list[str]:
+    """The item keys a changed manifest still names (best effort: it may not even be JSON)."""
+    try:
+        data = json.loads(StagingArea.read_bytes(location))
+        entries = [*data.get("items", []), *data.get("unchanged", [])]
+        keys = [e["change"]["item_key"] for e in entries] + [f["item_key"] for f in data.get("failures", [])]
+    except (OSError, ValueError, RecursionError, TypeError, KeyError, AttributeError):
+        return []
+    return [k for k in keys if isinstance(k, str)]
 
 
 def read_batch(manifest_path: str) -> list[Change]:

@@ -85,6 +85,7 @@ class Classified:
     items: dict[str, ItemRecord] = field(default_factory=dict)
     skipped: list[Skip] = field(default_factory=list)
     explicit_deletes: dict[str, str] = field(default_factory=dict)  # key -> reason
+    deferred: int = 0  # new or changed items past ``max_items``: left for a later run
 
     def of_kind(self, *kinds: ChangeKind) -> list[ItemRecord]:
         return [i for i in self.items.values() if i.change.kind in kinds]
@@ -100,7 +101,8 @@ def classify_changes(
 ) -> Classified:
     """Sort each change: an explicit deletion of an indexed item, outside ``only_keys``, a
     quarantined item, beyond ``max_items`` (``limits`` = (quarantine_after, max_items)), or an
-    item of the run (new if never indexed; changed if forced though the connector said unchanged).
+    item of the run (new if never indexed; changed if indexed, also when forced: the connector,
+    given no stored version of a forced item, calls it new, as a dry run would then say).
     """
     quarantine_after, limit = limits
     only = set(params.only_keys or ())
@@ -121,10 +123,13 @@ def classify_changes(
                 out.skipped.append(Skip(key, reason))
                 continue
             if limit is not None and fetchable >= limit:
+                out.deferred += 1
                 continue
             fetchable += 1
             if st is None or not st.indexed:
                 change.kind = ChangeKind.NEW
+            elif change.kind is ChangeKind.NEW:
+                change.kind = ChangeKind.CHANGED  # indexed, withheld from the connector (forced)
         out.items[key] = ItemRecord(
             change=change,
             prior=PriorState.of(st),

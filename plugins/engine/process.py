@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from include.config import SourceConfig
 from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
-from include.staging import StagedFile, StagingArea, StagingCorruptError
+from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError
 from plugins.connectors.base import Connector
 from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.lineage import parser_warnings
@@ -31,8 +31,8 @@ from plugins.engine.manifests import (
     write_fetched_manifest,
     write_stage_manifest,
 )
-from plugins.engine.packed import PackedReader, put_chunks, put_parsed
-from plugins.engine.records import ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
+from plugins.engine.packed import PackedReader, PackedWriter, UnstageableError
+from plugins.engine.records import BatchManifest, ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
 
 __all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]
@@ -83,51 +83,70 @@ def _content_unchanged(item: ItemRecord, digest: str) -> bool:
 
 
 def parse_stage(fetched_path: str, source: SourceConfig) -> str:
-    """Parse every fetched item; drop items whose extracted content did not change."""
+    """Parse every fetched item; drop items whose extracted content did not change.
+
+    Each parsed document is encoded into the batch's current part as soon as it is parsed
+    (:class:`~plugins.engine.packed.PackedWriter`), so the stage holds one part and about one
+    document, not the batch; a document too large to stage fails alone."""
     manifest = read_stage_manifest(fetched_path)
     out = manifest.next("parsed")
-    docs: dict[str, ParsedDocument] = {}
+    writer = PackedWriter(StagingArea.of(fetched_path), "parsed", out.batch)
     for item in manifest.items:
-        start = time.perf_counter()
-        try:
-            raw = load_raw(item)
-            doc = parse_document(raw, source.parser)
-        except StagingCorruptError as exc:
-            out.failures.append(corrupt_failure(item.item_key, exc))
-            continue
-        except ParseError as exc:
-            out.failures.append(_parse_failure(item, exc))
-            continue
-        digest = doc.content_hash()
-        outcome = ParseOutcome(
-            content_hash=digest,
-            parser=doc.parser,
-            parser_version=doc.parser_version,
-            parser_engine=doc.engine,
-            blocks=len(doc.blocks),
-            chars=sum(len(b.text) for b in doc.blocks),
-            title=doc.title or (item.raw.title if item.raw else None),
-            warnings=parser_warnings(doc.metadata) | _fetch_facts(raw.metadata),  # needs_ocr, rendered ...
-        )
-        if _content_unchanged(item, digest):
-            out.unchanged.append(
-                _timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged")
-            )
-            continue
-        docs[item.item_key] = doc
-        out.items.append(_timed(item, "parse", start, parsed=outcome))
-    _stage_batch_file(out.items, "parsed", put_parsed(StagingArea.of(fetched_path), out.batch, docs) if docs else None)
+        _parse_into(out, item, source, writer)
+    _point_at_parts(out.items, "parsed", writer.close())
     return write_stage_manifest(fetched_path, out)
 
 
-def _stage_batch_file(items: list[ItemRecord], stage: str, staged: StagedFile | None) -> None:
-    """Point every item of the batch at the one file its stage staged (``parsed`` or ``chunked``)."""
-    if staged is None:
+def _parse_into(out: BatchManifest, item: ItemRecord, source: SourceConfig, writer: PackedWriter) -> None:
+    """Parse one item into ``out``: its record (its document into ``writer``), an unchanged one,
+    or its failure. A function of its own, so that its bytes and document go when it returns."""
+    start = time.perf_counter()
+    try:
+        raw = load_raw(item)
+        doc = parse_document(raw, source.parser)
+    except StagingCorruptError as exc:
+        out.failures.append(corrupt_failure(item.item_key, exc))
         return
-    ref = StagedRef.of(staged)
+    except ParseError as exc:
+        out.failures.append(_parse_failure(item, exc))
+        return
+    digest = doc.content_hash()
+    outcome = ParseOutcome(
+        content_hash=digest,
+        parser=doc.parser,
+        parser_version=doc.parser_version,
+        parser_engine=doc.engine,
+        blocks=len(doc.blocks),
+        chars=sum(len(b.text) for b in doc.blocks),
+        title=doc.title or (item.raw.title if item.raw else None),
+        warnings=parser_warnings(doc.metadata) | _fetch_facts(raw.metadata),  # needs_ocr, rendered ...
+    )
+    del raw  # its bytes are not needed while the document is encoded
+    if _content_unchanged(item, digest):
+        out.unchanged.append(_timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged"))
+    elif (failure := _stage_output(writer, item.item_key, doc, "parse")) is not None:
+        out.failures.append(failure)
+    else:
+        out.items.append(_timed(item, "parse", start, parsed=outcome))
+
+
+def _stage_output(
+    writer: PackedWriter, item_key: str, value: ParsedDocument | list[Chunk], stage: str
+) -> ItemFailure | None:
+    """Encode one item's output into the batch's part; the item's failure when staging refuses it
+    (over the backend's cap per object, or not representable): as large next time, not retried."""
+    try:
+        writer.add(item_key, value)
+    except (StagingTooLargeError, UnstageableError) as exc:
+        return ItemFailure(item_key, exc.reason, str(exc), False, stage)
+    return None
+
+
+def _point_at_parts(items: list[ItemRecord], stage: str, refs: dict[str, StagedRef]) -> None:
+    """Point every staged item at the part holding its output (``parsed`` or ``chunked``)."""
     for item in items:
         outcome = getattr(item, stage)
-        outcome.file = ref
+        outcome.file = refs[item.item_key]
 
 
 # ----------------------------------------------------------------------------------- chunk
@@ -145,7 +164,7 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
     manifest = read_stage_manifest(parsed_path)
     out = manifest.next("chunked")
     reader = PackedReader()
-    staged: dict[str, list[Chunk]] = {}
+    writer = PackedWriter(StagingArea.of(parsed_path), "chunked", out.batch)
     for item in manifest.items:
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
@@ -160,19 +179,19 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
                 ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
             )
             continue
-        staged[item.item_key] = chunks
+        if (failure := _stage_output(writer, item.item_key, chunks, "chunk")) is not None:
+            out.failures.append(failure)
+            continue
         meta = chunks[0].metadata if chunks else {}
         outcome = ChunkOutcome(
             doc_id=doc_id,
-            file=_UNSTAGED,  # the batch's chunk file, once it is written below
+            file=_UNSTAGED,  # the part holding its chunks, once that is written
             chunk_ids=[c.chunk_id for c in chunks],
             chunker=str(meta.get("chunker", source.chunker.name)),
             chunker_options_hash=meta.get("chunker_options_hash"),
         )
         out.items.append(_timed(item, "chunk", start, chunked=outcome))
-    _stage_batch_file(
-        out.items, "chunked", put_chunks(StagingArea.of(parsed_path), out.batch, staged) if staged else None
-    )
+    _point_at_parts(out.items, "chunked", writer.close())
     return write_stage_manifest(parsed_path, out)
 
 
@@ -236,34 +255,52 @@ def _upsert_outcome(item: ItemRecord, write: DocumentWrite, result: UpsertResult
 
 def upsert_stage(chunked_path: str, source: SourceConfig, index_factory: Callable[[], IndexBackend]) -> str:
     """Write a batch's documents to the index; ``chunked_path`` is the batch's ``chunked``
-    manifest, or its ``embedded`` one for a source with embedding enabled."""
+    manifest, or its ``embedded`` one for a source with embedding enabled. The documents of one
+    chunk part are written together, so the stage holds one part's chunks, not the batch's."""
     manifest = read_stage_manifest(chunked_path)
     out = manifest.next("upserted")
-    writes: list[DocumentWrite] = []
-    items: list[ItemRecord] = []
-    reader = PackedReader()
+    index: IndexBackend | None = None
+    try:
+        for group in _writes_by_part(manifest, source, PackedReader(), out.failures):
+            index = index or index_factory()
+            _index_group(index, group, out)
+    finally:
+        if index is not None:
+            index.close()
+    return write_stage_manifest(chunked_path, out)
+
+
+def _writes_by_part(
+    manifest: BatchManifest, source: SourceConfig, reader: PackedReader, failures: list[ItemFailure]
+) -> Iterator[list[tuple[ItemRecord, DocumentWrite]]]:
+    """The batch's index writes, one list per chunk part (items come in part order); an item
+    whose staged chunks or vectors fail their check is a failure instead."""
+    group: list[tuple[ItemRecord, DocumentWrite]] = []
+    part = None
     for item in manifest.items:
         try:
-            writes.append(_document_write(item, source, manifest.run_id, reader))
+            write = _document_write(item, source, manifest.run_id, reader)
         except StagingCorruptError as exc:
-            out.failures.append(corrupt_failure(item.item_key, exc))
+            failures.append(corrupt_failure(item.item_key, exc))
             continue
-        items.append(item)
-    if writes:
-        start = time.perf_counter()
-        index = index_factory()
-        try:
-            results = index.upsert(writes)
-        finally:
-            index.close()
-        elapsed = _ms(start) / len(writes)
-        for item, write, result in zip(items, writes, results, strict=True):
-            if not result.ok:
-                error = result.error or "index write failed"
-                out.failures.append(ItemFailure(item.item_key, "index_error", error, True, "upsert"))
-                continue
-            upserted = _upsert_outcome(item, write, result)
-            out.items.append(
-                dataclasses.replace(item, upserted=upserted, stage_ms={**item.stage_ms, "upsert": elapsed})
-            )
-    return write_stage_manifest(chunked_path, out)
+        where = item.chunked.file.path if item.chunked else None
+        if group and where != part:
+            yield group
+            group = []
+        group.append((item, write))
+        part = where
+    if group:
+        yield group
+
+
+def _index_group(index: IndexBackend, group: list[tuple[ItemRecord, DocumentWrite]], out: BatchManifest) -> None:
+    start = time.perf_counter()
+    results = index.upsert([write for _, write in group])
+    elapsed = _ms(start) / len(group)
+    for (item, write), result in zip(group, results, strict=True):
+        if not result.ok:
+            error = result.error or "index write failed"
+            out.failures.append(ItemFailure(item.item_key, "index_error", error, True, "upsert"))
+            continue
+        upserted = _upsert_outcome(item, write, result)
+        out.items.append(dataclasses.replace(item, upserted=upserted, stage_ms={**item.stage_ms, "upsert": elapsed}))

@@ -74,11 +74,10 @@ def run_pipeline(
     store = store or open_state_store()
     try:
         plan = discover_run(ctx, store)  # one discover step, or a partitioned source's parallel crawl
-        if not plan.closed:
-            _process_batches(ctx, store, plan.batches, embedder_factory)
-        commit = CommitStep(ctx, lambda: _open_index(source)).run(store)
+        upserted = [] if plan.closed else _process_batches(ctx, store, plan.batches, embedder_factory)
+        commit = CommitStep(ctx, lambda: _open_index(source), upserted, plan.plan).run(store)
         finish = FinishStep(ctx, commit.totals).run(store)
-        return RunSummary(ctx.run_id, source.source_id, "success", finish.totals)
+        return RunSummary(ctx.run_id, source.source_id, str(finish.totals.get("outcome", "success")), finish.totals)
     except Exception as exc:
         abort_run(ctx, store, f"{type(exc).__name__}: {exc}")
         raise
@@ -93,8 +92,9 @@ def _open_index(source: SourceConfig) -> IndexBackend:
 
 def _process_batches(
     ctx: RunContext, store: StateStore, batches: list[str], embedder_factory: EmbedderFactory | None
-) -> None:
-    """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector.
+) -> list[str]:
+    """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector;
+    returns the refs of the ``upserted`` manifests written (what commit checks them against).
 
     With ``TRIBUTARY_PARSE_WORKERS`` set (and two cores or more), parse and chunk run in worker
     processes (:mod:`plugins.engine.overlap`) while this process fetches the next batches and
@@ -105,24 +105,25 @@ def _process_batches(
         shared = _shared(connector)
         workers = pool_workers(len(todo))
         if not workers:
+            upserted = []
             for batch in todo:
                 fetched = FetchStep(ctx, batch, shared).run(store).manifest
-                _index_batch(ctx, store, parse_then_chunk(ctx, store, fetched), embedder_factory)
-            return
+                upserted.append(_index_batch(ctx, store, parse_then_chunk(ctx, store, fetched), embedder_factory))
+            return upserted
         with parse_chunk_pool(ctx, store, workers) as submit:
             chunked = [submit(FetchStep(ctx, batch, shared).run(store).manifest) for batch in todo]
-            for future in chunked:
-                _index_batch(ctx, store, future.result(), embedder_factory)
+            return [_index_batch(ctx, store, future.result(), embedder_factory) for future in chunked]
 
 
-def _index_batch(ctx: RunContext, store: StateStore, chunked: str, embedder_factory: EmbedderFactory | None) -> None:
-    """Embed (when enabled) and upsert one chunked batch."""
+def _index_batch(ctx: RunContext, store: StateStore, chunked: str, embedder_factory: EmbedderFactory | None) -> str:
+    """Embed (when enabled) and upsert one chunked batch; the ``upserted`` manifest's ref."""
     index_factory = lambda: _open_index(ctx.source)  # noqa: E731 - one opener for both steps
     to_upsert = chunked
     if ctx.source.embedding.enabled:
         to_upsert = EmbedStep(ctx, chunked, index_factory, embedder_factory).run(store).manifest
-    UpsertStep(ctx, to_upsert, index_factory).run(store)
+    upserted = UpsertStep(ctx, to_upsert, index_factory).run(store).manifest
     store.heartbeat(ctx.run_id, ctx.source.source_id)
+    return upserted
 
 
 def _shared(connector: Connector) -> ConnectorOpener:

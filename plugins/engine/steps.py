@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +39,7 @@ from include.config import IndexConfig, SourceConfig
 from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.settings import get_settings
+from include.staging import split_ref
 from include.staging.locations import location_name
 from include.stores import StateStore
 from plugins.connectors.base import Connector, get_connector_class
@@ -46,7 +47,7 @@ from plugins.engine.commit import commit_stage, finish_stage
 from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
 from plugins.engine.embed import EmbedderFactory, embed_stage, open_source_embedder
-from plugins.engine.manifests import next_manifest_path, read_stage_manifest
+from plugins.engine.manifests import next_manifest_path, read_plan, read_stage_manifest, replace_corrupt_manifests
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.reaper import DagRunState, process_owner, reap_stale_runs, retains_raw
 
@@ -356,7 +357,7 @@ class ManifestStep(Step[ManifestResult]):
         return ManifestResult(closed=True, manifest=next_manifest_path(self.manifest, self.output))
 
     def _who(self) -> str:
-        return f"{self.ctx.source.source_id} {location_name(self.manifest)}"
+        return f"{self.ctx.source.source_id} {location_name(split_ref(self.manifest)[0])}"
 
 
 class FetchStep(ManifestStep):
@@ -438,15 +439,28 @@ class UpsertStep(ManifestStep):
 
 
 class CommitStep(Step[CountsResult]):
-    """Apply deletions, then commit item state and lineage for what reached the index."""
+    """Apply deletions, then commit item state and lineage for what reached the index.
+
+    ``plan`` and ``manifests`` are the refs discover and the upsert steps returned (with their
+    digests): a plan changed in staging since is refused (:class:`StagingCorruptError`), and an
+    ``upserted`` manifest changed since has its batch's items committed as ``staging_corrupt``
+    failures instead of what it now says (:func:`~plugins.engine.manifests.replace_corrupt_manifests`).
+    Without them (a DAG built before refs) commit reads the files as they are."""
 
     stage = "commit"
 
-    def __init__(self, ctx: RunContext, index_factory: IndexFactory) -> None:
+    def __init__(
+        self, ctx: RunContext, index_factory: IndexFactory, manifests: Sequence[str] = (), plan: str | None = None
+    ) -> None:
         super().__init__(ctx)
         self.index_factory = index_factory
+        self.manifests = [str(m) for m in manifests if m]
+        self.plan = plan
 
     def _execute(self, store: StateStore) -> CountsResult:
+        if self.plan and split_ref(self.plan)[1] is not None:
+            read_plan(self.plan)  # checked before commit reads it by its location
+        replace_corrupt_manifests(self.manifests)
         return CountsResult(totals=commit_stage(self.ctx, store, self.index_factory))
 
     def _closed(self, run: dict[str, Any]) -> CountsResult:

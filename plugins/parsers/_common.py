@@ -21,11 +21,15 @@ from include.contract import Block, BlockKind, ParseError, ParseErrorCode, Posit
 __all__ = [
     "BlockBuilder",
     "Deadline",
+    "EmbedAllowance",
+    "EmbedUsage",
     "Limits",
     "charset_from_content_type",
     "clean_text",
+    "current_embed_allowance",
     "decode_text",
     "document_budget",
+    "document_embed_allowance",
     "document_seconds_left",
     "normalise_charset",
     "parse_xml",
@@ -116,6 +120,78 @@ def document_seconds_left() -> float | None:
     """Seconds left of the current top-level document's budget (None outside a parse)."""
     deadline = _DOCUMENT_DEADLINE.get()
     return None if deadline is None else deadline - time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedUsage:
+    """Embedded files, their bytes and the characters of their text: used or allowed."""
+
+    files: int = 0
+    bytes: int = 0
+    chars: int = 0
+
+    def __add__(self, other: EmbedUsage) -> EmbedUsage:
+        return EmbedUsage(self.files + other.files, self.bytes + other.bytes, self.chars + other.chars)
+
+    def beyond(self, other: EmbedUsage) -> EmbedUsage:
+        """What this has more than ``other``, per count (never negative)."""
+        return EmbedUsage(
+            max(0, self.files - other.files), max(0, self.bytes - other.bytes), max(0, self.chars - other.chars)
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {"files": self.files, "bytes": self.bytes, "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> EmbedUsage:
+        if not isinstance(raw, Mapping):
+            return cls()
+        return cls(*(max(0, int(raw.get(key) or 0)) for key in ("files", "bytes", "chars")))
+
+
+@dataclass(slots=True)
+class EmbedAllowance:
+    """What all the embedded files of one top-level document may use together, at every level.
+
+    Shared in process through :func:`document_embed_allowance`; a forked child charges its
+    copy and reports its usage back (``metadata["embedded_usage"]``) for the parent to charge."""
+
+    limit: EmbedUsage
+    used: EmbedUsage = field(default_factory=EmbedUsage)
+
+    @classmethod
+    def from_limits(cls, limits: Limits) -> EmbedAllowance:
+        return cls(EmbedUsage(limits.embed_max_files, limits.embed_max_total, limits.max_chars))
+
+    @property
+    def left(self) -> EmbedUsage:
+        return self.limit.beyond(self.used)
+
+    def charge(self, usage: EmbedUsage) -> None:
+        self.used = self.used + usage
+
+
+_DOCUMENT_EMBEDS: ContextVar[EmbedAllowance | None] = ContextVar("tributary_document_embeds", default=None)
+
+
+@contextlib.contextmanager
+def document_embed_allowance(limits: Limits) -> Iterator[EmbedAllowance]:
+    """The embedded-file allowance of the document being parsed: the enclosing one's, if any."""
+    outer = _DOCUMENT_EMBEDS.get()
+    if outer is not None:
+        yield outer
+        return
+    allowance = EmbedAllowance.from_limits(limits)
+    token = _DOCUMENT_EMBEDS.set(allowance)
+    try:
+        yield allowance
+    finally:
+        _DOCUMENT_EMBEDS.reset(token)
+
+
+def current_embed_allowance() -> EmbedAllowance | None:
+    """The allowance of the top-level document being parsed (None outside a parse)."""
+    return _DOCUMENT_EMBEDS.get()
 
 
 @dataclass(slots=True)
@@ -311,6 +387,18 @@ class BlockBuilder:
             raise ParseError(
                 ParseErrorCode.TOO_LARGE, f"document text exceeds {self._max_chars} characters (limit max_chars)"
             )
+
+    @property
+    def room(self) -> int | None:
+        """Characters that may still be added (None: no cap)."""
+        return None if self._max_chars is None else max(0, self._max_chars - self.chars)
+
+    def extend(self, blocks: list[Block]) -> None:
+        """Append blocks built elsewhere (an embedded file's), counted against both caps."""
+        if len(self.blocks) + len(blocks) > self._max_blocks:
+            raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {self._max_blocks} blocks with embedded files")
+        self.charge(sum(len(block.text) for block in blocks))
+        self.blocks.extend(blocks)
 
     @property
     def heading_path(self) -> list[str]:

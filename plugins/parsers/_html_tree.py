@@ -24,7 +24,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "visible_texts"]
+__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "visible_texts"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -168,9 +168,43 @@ def cap_nesting(payload: bytes, max_depth: int) -> bytes:
     return _TAG.sub(replace, payload)
 
 
+# a doctype with an internal subset, after what may precede it (XML declaration, comments)
+_SUBSET_OPEN = re.compile(rb"\A(?:\s++|<\?[^>]*+>|<!--.*?-->)*+<!DOCTYPE[^\[>]*+\[", re.I | re.S)
+_SUBSET_TOKEN = re.compile(rb"[\]\"']|<!--")
+_SUBSET_CLOSE = re.compile(rb"\s*+>")
+
+
+def drop_internal_subset(payload: bytes) -> bytes:
+    """``payload`` without its doctype's internal subset (``<!DOCTYPE html [ ... ]>``).
+
+    libxml2's HTML parser ends a doctype at its first ``>``, so the rest of an XHTML internal
+    subset (entity declarations, their values, the closing ``]>``) became page text. The subset
+    is found by one forward scan that skips quoted values and comments (where ``]>`` may
+    appear); an unterminated subset is left as it is.
+    """
+    opening = _SUBSET_OPEN.match(payload)
+    if opening is None:
+        return payload
+    pos = opening.end()
+    while (token := _SUBSET_TOKEN.search(payload, pos)) is not None:
+        if token.group() == b"]":
+            close = _SUBSET_CLOSE.match(payload, token.end())
+            if close is not None:
+                return payload[: opening.end() - 1] + b">" + payload[close.end() :]
+            pos = token.end()
+            continue
+        ender = b"-->" if token.group() == b"<!--" else token.group()
+        stop = payload.find(ender, token.end())
+        if stop < 0:
+            break
+        pos = stop + len(ender)
+    return payload
+
+
 def build_tree(payload: bytes, shell_hint: re.Pattern[str]) -> tuple[etree._Element, bool]:
     """The page's root element and whether a folded element's text matched ``shell_hint``."""
     seen = [False]
+    payload = drop_internal_subset(payload)
     try:
         root, deepest = _parse(payload, shell_hint, seen)
         if deepest > MAX_DEPTH:

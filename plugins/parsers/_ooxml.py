@@ -11,6 +11,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 from plugins.parsers._common import Limits, safe_xml_parser
+from plugins.parsers._zip import refuse_crowded_directory
 
 __all__ = [
     "charge_xml_parts",
@@ -31,8 +32,11 @@ def check_zip(data: bytes, limits: Limits, what: str) -> zipfile.ZipFile:
     """Open the package, refusing damaged archives and bombs before any library reads it.
 
     Declared sizes are enough: :mod:`zipfile` never inflates a member past its declared size,
-    so a member that lies about it fails its CRC check instead of filling memory.
+    so a member that lies about it fails its CRC check instead of filling memory. The entry
+    count is checked from the archive's own end record and directory headers first
+    (:mod:`plugins.parsers._zip`): :mod:`zipfile` builds an object per entry as it opens one.
     """
+    refuse_crowded_directory(data, limits.zip_max_entries, what)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = zf.infolist()

@@ -26,9 +26,14 @@ from typing import Any
 
 from lxml import etree
 
-from include.contract import ParseError, ParseErrorCode
-from plugins.parsers._common import BlockBuilder, Deadline, Limits, safe_xml_parser
-from plugins.parsers._embedded import EmbeddedFile, EmbeddedResult, embedded_images_wanted, parse_embedded
+from plugins.parsers._common import BlockBuilder, Deadline, EmbedUsage, Limits, safe_xml_parser
+from plugins.parsers._embedded import (
+    EmbeddedFile,
+    EmbeddedResult,
+    cap_reason,
+    embedded_images_wanted,
+    parse_embedded,
+)
 from plugins.parsers._ooxml import content_types, part_content_type
 
 __all__ = ["PackageEmbeds", "related_parts"]
@@ -71,7 +76,11 @@ def related_parts(zf: zipfile.ZipFile, part: str, suffixes: tuple[str, ...]) -> 
 
 @dataclass(slots=True)
 class PackageEmbeds:
-    """Collects the embedded files of one package, part by part, each file once."""
+    """Collects the embedded files of one package, part by part, each file once.
+
+    A part that several relationships point at (the same workbook shown on three slides) is
+    read and parsed at its first reference; the others are counted (``embedded_repeats``).
+    A file the document's allowance has no room for is listed as skipped without being read."""
 
     zf: zipfile.ZipFile
     limits: Limits
@@ -93,14 +102,9 @@ class PackageEmbeds:
         """
         if not files:
             return
-        found = parse_embedded(files, self.options, builder.heading_path)
-        builder.charge(sum(len(block.text) for block in found.blocks))
-        if len(builder.blocks) + len(found.blocks) > self.limits.max_blocks:
-            raise ParseError(ParseErrorCode.TOO_LARGE, f"more than {self.limits.max_blocks} blocks with embedded files")
-        builder.blocks.extend(found.blocks)
-        self.result.parsed.extend(found.parsed)
-        self.result.failed.extend(found.failed)
-        self.result.skipped.extend(found.skipped)
+        found = parse_embedded(files, self.options, builder.heading_path, builder.room)
+        builder.extend(found.blocks)
+        self.result.merge(found)
 
     def record(self, metadata: dict[str, Any]) -> None:
         """What was embedded, parsed, failed or skipped, into the outer document's metadata."""
@@ -114,24 +118,30 @@ class PackageEmbeds:
         targets = related_parts(self.zf, part, suffixes + follow)
         out: list[EmbeddedFile] = []
         for rel_type, target in targets:
-            self.deadline.check("embedded files")
             if rel_type.endswith(follow) and follow:
                 out.extend(self.files_of(target, where))
                 continue
             if target in self._seen:
+                repeats = self.result.repeats
+                repeats[target] = repeats.get(target, 1) + 1
                 continue
             self._seen.add(target)
+            reason = self._refusal(target, out)
+            if reason:
+                self.skipped.append({"name": target, "reason": reason})
+                continue
             out.extend(self._read(target, where))
         return out
 
+    def _refusal(self, target: str, pending: list[EmbeddedFile]) -> str:
+        """Why ``target`` is left unread: the time budget or the allowance is spent ("" if not)."""
+        if self.deadline.remaining <= 0:
+            return "time_budget"
+        size = self.zf.getinfo(target).file_size
+        return cap_reason(self.options, size, EmbedUsage(len(pending), sum(len(f.data) for f in pending)))
+
     def _read(self, part: str, where: str) -> Iterator[EmbeddedFile]:
-        info = self.zf.getinfo(part)
-        # parse_embedded caps the bytes handed on; a member larger than the whole allowance is
-        # not even inflated
-        if info.file_size > self.limits.embed_max_total:
-            self.skipped.append({"name": part, "reason": f"larger than embed_max_total={self.limits.embed_max_total}"})
-            return
-        data = self.zf.read(info)
+        data = self.zf.read(part)  # its size fits the allowance (_refusal): no bomb is inflated
         if self._types is None:
             self._types = content_types(self.zf, self.limits)
         media_type = part_content_type(part, *self._types)

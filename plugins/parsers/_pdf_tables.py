@@ -18,24 +18,21 @@ several lines reads in order. Coordinates: points from the page's top-left corne
 from __future__ import annotations
 
 import bisect
-import ctypes
 import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from include.contract import ParseError, ParseErrorCode
 from plugins.parsers._common import Deadline
+from plugins.parsers._pdf_grid import GridCut, ruled_cell_groups
 from plugins.parsers._pdf_layout import Line, PageChars
 from plugins.parsers._tabular import _looks_like_header
 
-__all__ = ["Table", "find_tables"]
+__all__ = ["PageTables", "Table", "find_tables"]
 
 _SNAP = 3.0  # points: rules this close are the same rule (pdfplumber's snap_tolerance)
-_JOIN = 3.0  # points: collinear pieces this close join (join_tolerance)
-_MIN_RULE = 3.0  # shorter segments are glyph or chart details, not rules
-_MAX_SEGMENTS = 50_000  # per page: a vector drawing is not a table, and its segments cost time
-_MAX_RULES = 600  # per direction after joining: crossings are checked pairwise
 _MIN_GAP = 0.5  # a column gap in unruled text: this many times the line's height (a space is ~0.3)
 _MIN_TABLE_SIDE = 40.0  # points: a grid narrower than this is a diagram's detail
 _MAX_CELL_CHARS = 40
@@ -55,198 +52,42 @@ class Table:
     ruled: bool = True
 
 
-def find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> list[Table]:
-    """Ruled tables first; then unruled ones among the lines they left."""
+@dataclass(slots=True)
+class PageTables:
+    tables: list[Table]
+    skipped: str | None = None  # why detection was cut short on the page (its text is kept)
+
+
+def find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> PageTables:
+    """Ruled tables first, then unruled ones among the lines they left; out of ``deadline``
+    (the tables' share of the document's budget) none, and the page's text stays as text."""
+    try:
+        return _find_tables(page, chars, lines, height, deadline)
+    except ParseError as exc:
+        if exc.code != ParseErrorCode.TIMEOUT:
+            raise
+        return PageTables([], "time budget")
+
+
+def _find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> PageTables:
     tables = []
-    for cells in _ruled_cell_groups(page, height, deadline):
+    skipped = None
+    try:
+        groups = ruled_cell_groups(page, height, deadline)
+    except GridCut as cut:
+        groups, skipped = [], str(cut)
+    for cells in groups:
         table = _fill_ruled(cells, chars)
         if table is not None:
             tables.append(table)
     taken = set().union(*(t.members for t in tables)) if tables else set()
     free = [ln for ln in lines if not _line_taken(ln, chars, taken)]
     tables.extend(_unruled(free, chars, deadline))
-    return tables
+    return PageTables(tables, skipped)
 
 
 def _line_taken(line: Line, chars: PageChars, taken: set[int]) -> bool:
     return line.first in taken
-
-
-# --------------------------------------------------------------------------- rules
-
-
-_Matrix = tuple[float, float, float, float, float, float]
-_IDENTITY: _Matrix = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
-
-
-def _then(inner: _Matrix, outer: _Matrix) -> _Matrix:
-    """The matrix applying ``inner`` and then ``outer`` (ISO 32000-1 8.3.4, row-vector convention)."""
-    a, b, c, d, e, f = inner
-    A, B, C, D, E, F = outer
-    return (a * A + b * C, a * B + b * D, c * A + d * C, c * B + d * D, e * A + f * C + E, e * B + f * D + F)
-
-
-def _path_objects(pdfium_c: Any, count: Any, get: Any, holder: Any, matrix: _Matrix, depth: int) -> Any:
-    """(path object, its matrix to page space) for the paths of a page or a form XObject, nested forms too.
-
-    Through pdfium's C API rather than pypdfium2's object wrappers (a third of the page's time
-    on a drawing-heavy file); a form's objects carry matrices relative to the form, composed here.
-    """
-    fs = pdfium_c.FS_MATRIX()
-    for i in range(count(holder)):
-        obj = get(holder, i)
-        kind = pdfium_c.FPDFPageObj_GetType(obj)
-        if kind not in (pdfium_c.FPDF_PAGEOBJ_PATH, pdfium_c.FPDF_PAGEOBJ_FORM):
-            continue
-        own = _IDENTITY
-        if pdfium_c.FPDFPageObj_GetMatrix(obj, fs):
-            own = (fs.a, fs.b, fs.c, fs.d, fs.e, fs.f)
-        if kind == pdfium_c.FPDF_PAGEOBJ_PATH:
-            yield obj, _then(own, matrix)
-        elif depth > 0:
-            yield from _path_objects(
-                pdfium_c,
-                pdfium_c.FPDFFormObj_CountObjects,
-                pdfium_c.FPDFFormObj_GetObject,
-                obj,
-                _then(own, matrix),
-                depth - 1,
-            )
-
-
-def _segments(page: Any, height: float, deadline: Deadline) -> tuple[list[tuple[float, float, float]], ...]:
-    """Horizontal ``(y, x0, x1)`` and vertical ``(x, y0, y1)`` straight pieces of the page's paths."""
-    import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
-
-    horizontal: list[tuple[float, float, float]] = []
-    vertical: list[tuple[float, float, float]] = []
-    fill, stroke = ctypes.c_int(), ctypes.c_int()
-    px, py = ctypes.c_float(), ctypes.c_float()
-    count = 0
-    objects = _path_objects(
-        pdfium_c, pdfium_c.FPDFPage_CountObjects, pdfium_c.FPDFPage_GetObject, page.raw, _IDENTITY, 2
-    )
-    for obj, (a, b, c, d, e, f) in objects:
-        if not pdfium_c.FPDFPath_GetDrawMode(obj, fill, stroke) or not (fill.value or stroke.value):
-            continue
-        n = pdfium_c.FPDFPath_CountSegments(obj)
-        count += n
-        if count > _MAX_SEGMENTS:
-            return [], []
-        deadline.check("pdf table rules")
-        start = current = None
-        for i in range(n):
-            seg = pdfium_c.FPDFPath_GetPathSegment(obj, i)
-            pdfium_c.FPDFPathSegment_GetPoint(seg, px, py)
-            point = (a * px.value + c * py.value + e, height - (b * px.value + d * py.value + f))
-            kind = pdfium_c.FPDFPathSegment_GetType(seg)
-            if kind == pdfium_c.FPDF_SEGMENT_LINETO and current is not None:
-                _add_piece(current, point, horizontal, vertical)
-            elif kind == pdfium_c.FPDF_SEGMENT_MOVETO:
-                start = point
-            current = point
-            if pdfium_c.FPDFPathSegment_GetClose(seg) and start is not None:
-                _add_piece(current, start, horizontal, vertical)
-                current = start
-    return horizontal, vertical
-
-
-def _add_piece(
-    p: tuple[float, float],
-    q: tuple[float, float],
-    horizontal: list[tuple[float, float, float]],
-    vertical: list[tuple[float, float, float]],
-) -> None:
-    (x0, y0), (x1, y1) = p, q
-    if abs(y0 - y1) <= 1.0 and abs(x1 - x0) >= _MIN_RULE:
-        horizontal.append(((y0 + y1) / 2, min(x0, x1), max(x0, x1)))
-    elif abs(x0 - x1) <= 1.0 and abs(y1 - y0) >= _MIN_RULE:
-        vertical.append(((x0 + x1) / 2, min(y0, y1), max(y0, y1)))
-
-
-def _merge(pieces: list[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
-    """Snap pieces at nearly the same position together, then join collinear overlapping ones."""
-    pieces.sort()
-    snapped: list[list[tuple[float, float, float]]] = []
-    for piece in pieces:
-        if snapped and piece[0] - snapped[-1][0][0] <= _SNAP:
-            snapped[-1].append(piece)
-        else:
-            snapped.append([piece])
-    out: list[tuple[float, float, float]] = []
-    for group in snapped:
-        pos = sum(p[0] for p in group) / len(group)
-        spans = sorted((p[1], p[2]) for p in group)
-        lo, hi = spans[0]
-        for s0, s1 in spans[1:]:
-            if s0 <= hi + _JOIN:
-                hi = max(hi, s1)
-            else:
-                out.append((pos, lo, hi))
-                lo, hi = s0, s1
-        out.append((pos, lo, hi))
-    return out
-
-
-def _ruled_cell_groups(page: Any, height: float, deadline: Deadline) -> list[list[tuple[float, ...]]]:
-    """Cells ``(x0, top, x1, bottom)`` grouped into tables (corner-sharing components)."""
-    horizontal, vertical = _segments(page, height, deadline)
-    hs, vs = _merge(horizontal), _merge(vertical)
-    if len(hs) < 2 or len(vs) < 2 or len(hs) > _MAX_RULES or len(vs) > _MAX_RULES:
-        return []
-    # crossing point -> the rules through it
-    points: dict[tuple[float, float], tuple[set[int], set[int]]] = {}
-    for vi, (x, y0, y1) in enumerate(vs):
-        for hi, (y, x0, x1) in enumerate(hs):
-            if x0 - _JOIN <= x <= x1 + _JOIN and y0 - _JOIN <= y <= y1 + _JOIN:
-                hset, vset = points.setdefault((x, y), (set(), set()))
-                hset.add(hi)
-                vset.add(vi)
-    deadline.check("pdf table crossings")
-    cells = _cells(points)
-    return _group_cells(cells)
-
-
-def _cells(points: dict[tuple[float, float], tuple[set[int], set[int]]]) -> list[tuple[float, ...]]:
-    """For each crossing, the smallest rectangle below and right of it with all four sides drawn."""
-    by_x: dict[float, list[float]] = {}
-    by_y: dict[float, list[float]] = {}
-    for x, y in points:
-        by_x.setdefault(x, []).append(y)
-        by_y.setdefault(y, []).append(x)
-    for values in (*by_x.values(), *by_y.values()):
-        values.sort()
-    cells: list[tuple[float, ...]] = []
-    for (x, y), (h_here, v_here) in points.items():
-        below = [yy for yy in by_x[x] if yy > y and points[(x, yy)][1] & v_here]
-        right = [xx for xx in by_y[y] if xx > x and points[(xx, y)][0] & h_here]
-        found = None
-        for yy in below:
-            for xx in right:
-                corner = points.get((xx, yy))
-                if corner and corner[1] & points[(xx, y)][1] and corner[0] & points[(x, yy)][0]:
-                    found = (x, y, xx, yy)
-                    break
-            if found:
-                break
-        if found:
-            cells.append(found)
-    return cells
-
-
-def _group_cells(cells: list[tuple[float, ...]]) -> list[list[tuple[float, ...]]]:
-    groups: list[list[tuple[float, ...]]] = []
-    corners_of: list[set[tuple[float, float]]] = []
-    for cell in cells:
-        corners = {(cell[0], cell[1]), (cell[2], cell[1]), (cell[0], cell[3]), (cell[2], cell[3])}
-        hits = [i for i, cs in enumerate(corners_of) if cs & corners]
-        merged = [cell]
-        for i in sorted(hits, reverse=True):
-            merged.extend(groups.pop(i))
-            corners |= corners_of.pop(i)
-        groups.append(merged)
-        corners_of.append(corners)
-    return groups
 
 
 # --------------------------------------------------------------------------- cell text
@@ -408,20 +249,22 @@ def _row_is_bold(row: int, chars: PageChars, texts: dict[tuple[int, int], list[i
 
 def _pieces(line: Line, chars: PageChars) -> list[tuple[float, float, list[int]]]:
     """The line cut at gaps wider than :data:`_MIN_GAP` line heights: ``(x0, x1, char indices)``."""
-    out: list[tuple[float, float, list[int]]] = []
     if " " not in line.text:  # pdfium puts a space into every gap it sees between words
-        return out
+        return []
     gap = _MIN_GAP * line.height
+    out: list[list[Any]] = []  # [x0, x1, indices], grown in place: one line may be 500k characters
     i = line.first
     while i < len(chars.text) and chars.text[i] not in "\r\n":
         if chars.has_box(i) and not chars.text[i].isspace():
             x0, _, x1, _ = chars.boxes[i]
             if out and x0 - out[-1][1] <= gap and x0 >= out[-1][0] - 1:
-                out[-1] = (out[-1][0], max(out[-1][1], x1), [*out[-1][2], i])
+                last = out[-1]
+                last[1] = max(last[1], x1)
+                last[2].append(i)
             else:
-                out.append((x0, x1, [i]))
+                out.append([x0, x1, [i]])
         i += 1
-    return out
+    return [(x0, x1, idx) for x0, x1, idx in out]
 
 
 def _unruled(lines: list[Line], chars: PageChars, deadline: Deadline) -> list[Table]:

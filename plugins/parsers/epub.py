@@ -13,8 +13,11 @@
 * a spine item missing from the archive, or one that is no XHTML (an SVG page), is skipped and
   listed in ``metadata.spine_skipped``, a chapter with no text in ``metadata.empty_chapters``.
 
-Encryption (OCF 3.0, 3.5.2.6): font obfuscation (the IDPF and Adobe algorithms) is fine, it
-only scrambles fonts; any other encrypted resource is DRM and raises ``ParseError(encrypted)``.
+Encryption (OCF 3.0, 3.5.2.6): a content document ``META-INF/encryption.xml`` lists is never
+parsed, whatever the algorithm (font obfuscation meant for fonts scrambles an XHTML file into
+garbage all the same); it is listed in ``metadata.encrypted_parts`` and, when no content
+document could be read, the book raises ``ParseError(encrypted)``. Encrypted fonts and images
+cost nothing: their text is not read.
 The archive is checked by the OOXML zip guard (entries, uncompressed size, ratio), the XML
 parts parse without entities under the depth limit, and they count against ``xml_max_total``.
 """
@@ -79,15 +82,29 @@ def _read(zf: zipfile.ZipFile, name: str, budget: list[int]) -> bytes:
         raise ParseError(ParseErrorCode.CORRUPT, f"epub: cannot read {name}: {exc}") from exc
 
 
-def _refuse_drm(zf: zipfile.ZipFile, budget: list[int]) -> None:
+def _encrypted_parts(zf: zipfile.ZipFile, budget: list[int]) -> dict[str, str]:
+    """Member name -> algorithm of every resource ``META-INF/encryption.xml`` lists.
+
+    Its ``CipherReference`` URIs are relative to the container's root (OCF 3.0, 3.5.2.2). Any
+    algorithm counts: font obfuscation applied to a content document scrambles its first
+    1040 bytes as surely as DRM does the whole. An entry naming no resource cannot be set
+    aside part by part, so unless it is font obfuscation the book is refused (``encrypted``).
+    """
     try:
         raw = _read(zf, "META-INF/encryption.xml", budget)
     except KeyError:
-        return
-    for method in parse_xml(raw, "epub encryption.xml").iter(f"{_ENC}EncryptionMethod"):
-        algorithm = (method.get("Algorithm") or "").strip()
-        if algorithm not in _OBFUSCATION:
+        return {}
+    encrypted: dict[str, str] = {}
+    for data in parse_xml(raw, "epub encryption.xml").iter(f"{_ENC}EncryptedData"):
+        method = data.find(f"{_ENC}EncryptionMethod")
+        algorithm = ((method.get("Algorithm") if method is not None else None) or "").strip()
+        reference = data.find(f"{_ENC}CipherData/{_ENC}CipherReference")
+        uri = (reference.get("URI") if reference is not None else None) or ""
+        if uri.strip():
+            encrypted[_resolve("", uri)] = algorithm or "unknown"
+        elif algorithm not in _OBFUSCATION:
             raise ParseError(ParseErrorCode.ENCRYPTED, f"epub: content encrypted with {algorithm or 'unknown'} (DRM)")
+    return encrypted
 
 
 def _resolve(base_file: str, href: str) -> str:
@@ -146,7 +163,7 @@ def _metadata(pkg: _Package) -> dict[str, Any]:
     return out
 
 
-def _toc_titles(zf: zipfile.ZipFile, pkg: _Package, budget: list[int]) -> dict[str, str]:
+def _toc_titles(zf: zipfile.ZipFile, pkg: _Package, budget: list[int], encrypted: dict[str, str]) -> dict[str, str]:
     """Content document path -> its first entry's title in the nav document or the NCX."""
     titles: dict[str, str] = {}
     nav = next((i for i in pkg.items.values() if "nav" in i.properties.split()), None)
@@ -154,7 +171,7 @@ def _toc_titles(zf: zipfile.ZipFile, pkg: _Package, budget: list[int]) -> dict[s
         (i for i in pkg.items.values() if i.media_type == "application/x-dtbncx+xml"), None
     )
     for source in (nav, ncx):
-        if source is None:
+        if source is None or source.path in encrypted:
             continue
         try:
             root = parse_xml(_read(zf, source.path, budget), f"epub {source.path}")
@@ -223,12 +240,13 @@ def parse_epub(data: bytes, ctx: ParseContext) -> ParsedDocument:
     deadline = Deadline(limits.time_budget_s)
     zf = check_zip(data, limits, "epub")
     budget = [limits.xml_max_total]  # package XML and content documents together
-    _refuse_drm(zf, budget)
+    encrypted = _encrypted_parts(zf, budget)
     pkg = _package(zf, budget)
-    titles = _toc_titles(zf, pkg, budget)
+    titles = _toc_titles(zf, pkg, budget, encrypted)
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     skipped: list[dict[str, str]] = []
     empty: list[str] = []
+    locked: list[dict[str, str]] = []  # encrypted content documents, skipped
     read = 0
     order = [ref for ref in pkg.spine if ref[1]] + [ref for ref in pkg.spine if not ref[1]]
     seen: set[str] = set()
@@ -242,6 +260,9 @@ def parse_epub(data: bytes, ctx: ParseContext) -> ParsedDocument:
         if item.media_type not in _XHTML_TYPES:
             skipped.append({"idref": idref, "path": item.path, "reason": f"not XHTML ({item.media_type})"})
             continue
+        if item.path in encrypted:
+            locked.append({"path": item.path, "algorithm": encrypted[item.path]})
+            continue
         try:
             raw = _read(zf, item.path, budget)
         except KeyError:
@@ -253,6 +274,13 @@ def parse_epub(data: bytes, ctx: ParseContext) -> ParsedDocument:
             continue
         read += 1
         _append(builder, blocks, item.path, titles.get(item.path), linear)
+    if locked and not read:
+        raise ParseError(
+            ParseErrorCode.ENCRYPTED,
+            f"epub: every readable content document is encrypted ({len(locked)}, e.g. "
+            f"{locked[0]['path']} with {locked[0]['algorithm']})",
+            {"encrypted_parts": locked},
+        )
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "epub: no text in any spine document")
     meta = _metadata(pkg)
@@ -262,4 +290,6 @@ def parse_epub(data: bytes, ctx: ParseContext) -> ParsedDocument:
         meta["spine_skipped"] = skipped
     if empty:
         meta["empty_chapters"] = empty
+    if locked:
+        meta["encrypted_parts"] = locked
     return ParsedDocument(blocks=builder.blocks, title=title, media_type=EPUB, metadata=meta)

@@ -16,6 +16,12 @@ The tree is built by :mod:`plugins.parsers._html_tree` (push parser, plain parag
 they end, huge text nodes kept, over-deep nesting flattened), within a few times the page's size;
 the main content is turned into blocks by :mod:`plugins.parsers._html_blocks`.
 
+The page's text is charged block by block against ``Limits.max_chars`` and a page past it is
+refused (``too_large``), as every other parser's text is: a cut page indexed as if whole would
+answer searches about its end with silence. An XHTML internal DTD subset is dropped before the
+tree is built (:func:`plugins.parsers._html_tree.drop_internal_subset`): its entities never
+expand and none of its text reaches the document.
+
 A page whose body has no text but scripts (a single-page-app shell) raises
 ``ParseError(empty, "javascript shell")`` so the run records it as skipped with that reason.
 """
@@ -237,7 +243,7 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(visible_texts(body))))
     _strip_chrome(body)
     main = _main_content(body)
-    builder = BlockBuilder(limits.max_blocks)
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
     walker = BlockWalker(tree, builder, deadline)
     walker.walk(main)
     walker.finish()

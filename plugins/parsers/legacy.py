@@ -63,6 +63,8 @@ def _profile_slot() -> Iterator[Path]:
 
 def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout: float) -> bytes:
     """Convert ``data`` with headless LibreOffice; raises ParseError on failure or timeout."""
+    if timeout <= 0:  # an embedded file met after its document's budget is spent starts no converter
+        raise ParseError(ParseErrorCode.TIMEOUT, f"no time left of the budget to convert the .{src_ext} file")
     soffice = shutil.which("soffice") or shutil.which("libreoffice")
     if soffice is None:
         raise ParseError(
@@ -86,7 +88,7 @@ def convert_with_libreoffice(data: bytes, src_ext: str, target_ext: str, timeout
         ]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            proc.wait(timeout=max(timeout, 1.0))
+            proc.wait(timeout=timeout)  # what is left of the document's one budget, no more
         except subprocess.TimeoutExpired as exc:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

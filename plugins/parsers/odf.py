@@ -15,7 +15,8 @@ master pages (headers, footers) and ``meta.xml`` the title and author; a flat XM
 * Embedded objects: an ODF subdocument (``Object 1/content.xml``: a chart's data table, a
   spreadsheet in a slide) is read in place under a heading naming it; an embedded file (an OLE
   object, with option ``engines: {embedded_images: ocr}`` also images) goes through
-  :func:`._embedded.parse_embedded`.
+  :func:`._embedded.parse_embedded`. A member that several objects reference is read and
+  parsed at its first reference; the rest are counted (``metadata["embedded_repeats"]``).
 
 A password-protected package (``manifest:encryption-data`` for ``content.xml``, part 3, 4.8)
 raises ``ParseError(encrypted)``.
@@ -31,8 +32,8 @@ from typing import Any
 from lxml import etree
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
-from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, parse_xml
-from plugins.parsers._embedded import EmbeddedFile, embedded_images_wanted, parse_embedded
+from plugins.parsers._common import BlockBuilder, Deadline, EmbedUsage, Limits, clean_text, parse_xml
+from plugins.parsers._embedded import EmbeddedFile, cap_reason, embedded_images_wanted, parse_embedded
 from plugins.parsers._odf_sheet import hidden_table_styles, sheet_rows
 from plugins.parsers._odf_slides import slide_blocks
 from plugins.parsers._odf_text import OdfWalker, qname
@@ -97,6 +98,9 @@ class _Reader:
     cells: CellBudget
     xml_left: int
     embedded: list[EmbeddedFile] = field(default_factory=list)
+    embedded_bytes: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # embedded files left unread
+    references: dict[str, int] = field(default_factory=dict)  # member -> objects pointing at it
     objects_read: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -161,20 +165,34 @@ def _on_object(reader: _Reader, pkg: _Package) -> Any:
         if pkg.zf is None or not href or "://" in href:
             return  # flat XML carries objects inline (read by the walker) or links outside
         name = posixpath.normpath(posixpath.join(pkg.base, href.removeprefix("./"))).lstrip("/")
-        if el.tag == qname("draw:object") and f"{name}/content.xml" in pkg.zf.namelist():
-            _read_object(reader, pkg.zf, name, pos)
-            return
         if el.tag == qname("draw:image") and not embedded_images_wanted(reader.ctx.options):
             return
-        try:
-            data = pkg.zf.read(name)
-        except (KeyError, zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
-            reader.meta.setdefault("missing_parts", []).append(name)
+        if name in reader.references:  # read and parsed at its first reference
+            reader.references[name] += 1
             return
-        where = f"slide {pos[0].slide}" if pos and pos[0].slide else ""
-        reader.embedded.append(EmbeddedFile(name, data, where=where))
+        reader.references[name] = 1
+        if el.tag == qname("draw:object") and f"{name}/content.xml" in pkg.zf.NameToInfo:
+            _read_object(reader, pkg.zf, name, pos)
+            return
+        _add_file(reader, pkg.zf, name, f"slide {pos[0].slide}" if pos and pos[0].slide else "")
 
     return handle
+
+
+def _add_file(reader: _Reader, zf: zipfile.ZipFile, name: str, where: str) -> None:
+    """Member ``name`` as an embedded file, unless the document's allowance has no room for it."""
+    try:
+        info = zf.getinfo(name)
+        reason = cap_reason(reader.ctx.options, info.file_size, EmbedUsage(len(reader.embedded), reader.embedded_bytes))
+        if reason:
+            reader.skipped.append({"name": name, "reason": reason})
+            return
+        data = zf.read(info)
+    except (KeyError, zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+        reader.meta.setdefault("missing_parts", []).append(name)
+        return
+    reader.embedded_bytes += len(data)
+    reader.embedded.append(EmbeddedFile(name, data, where=where))
 
 
 def _read_object(reader: _Reader, zf: zipfile.ZipFile, name: str, pos: list[Position]) -> None:
@@ -296,10 +314,11 @@ def _metadata(meta_root: etree._Element | None) -> dict[str, str]:
 
 
 def _finish(reader: _Reader, pkg: _Package, media_type: str) -> ParsedDocument:
-    if reader.embedded:
-        result = parse_embedded(reader.embedded, reader.ctx.options)
-        reader.builder.blocks.extend(result.blocks)
-        result.record(reader.meta)
+    result = parse_embedded(reader.embedded, reader.ctx.options, room=reader.builder.room)
+    reader.builder.extend(result.blocks)  # the embedded text counts against max_chars and max_blocks
+    result.skipped[:0] = reader.skipped
+    result.repeats = {name: count for name, count in reader.references.items() if count > 1}
+    result.record(reader.meta)
     if not any(b.kind != BlockKind.HEADING or b.metadata.get("slide_title") for b in reader.builder.blocks):
         raise ParseError(ParseErrorCode.EMPTY, "odf: no text")
     doc_meta = _metadata(pkg.meta)

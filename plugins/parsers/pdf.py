@@ -47,7 +47,7 @@ from plugins.parsers._embedded import EmbeddedFile, parse_embedded
 from plugins.parsers._pdf_fallback import read_with_pypdf
 from plugins.parsers._pdf_layout import Line, furniture, lines_of, norm, page_chars, paragraphs
 from plugins.parsers._pdf_ocr import ocr_pdf_pages
-from plugins.parsers._pdf_tables import Table, find_tables
+from plugins.parsers._pdf_tables import PageTables, Table, find_tables
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["parse_pdf"]
@@ -64,6 +64,8 @@ def _reset_lock() -> None:
 os.register_at_fork(after_in_child=_reset_lock)
 
 _MAX_PAGE_CHARS = 500_000  # characters read from one page: a text layer bigger is a bomb's
+_TABLE_TIME_SHARE = 0.5  # of the document's time budget, for table detection on all its pages
+_MAX_SKIPS_LISTED = 50  # pages named in ``tables_skipped`` (a lineage warning keeps 2,000 characters)
 
 
 @dataclass(slots=True)
@@ -72,6 +74,7 @@ class _Page:
     height: float
     tables: list[Table] = field(default_factory=list)
     image_only: bool = False
+    tables_skipped: str | None = None  # why table detection was cut short here
 
 
 @dataclass(slots=True)
@@ -139,13 +142,22 @@ def _toc(pdf: Any, limit: int = 5000) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
-def _read_page(page: Any, deadline: Deadline, with_tables: bool) -> _Page:
+def _read_page(page: Any, table_deadline: Deadline | None) -> _Page:
+    """The page's text and, given a deadline for them, its tables (none once it has run out)."""
     width, height = page.get_size()
     textpage = page.get_textpage()
     try:  # the text page stays open while tables are found: a header row's font weight is asked there
         chars = page_chars(textpage, height, _MAX_PAGE_CHARS)
         lines = lines_of(chars)
-        tables = find_tables(page, chars, lines, height, deadline) if with_tables and lines else []
+        found = PageTables([])
+        if table_deadline is not None and lines:
+            out_of_time = table_deadline.remaining <= 0
+            found = (
+                PageTables([], "time budget")
+                if out_of_time
+                else find_tables(page, chars, lines, height, table_deadline)
+            )
+        tables = found.tables
         chars.textpage = None
     finally:
         textpage.close()
@@ -154,7 +166,7 @@ def _read_page(page: Any, deadline: Deadline, with_tables: bool) -> _Page:
         lines = lines_of(chars, [i in taken for i in range(len(chars.text))])
     image_only = sum(len(ln.text) for ln in lines) + sum(len(t.members) for t in tables) < 20
     image_only = image_only and _image_coverage(page, width, height) > 0.5
-    return _Page(lines, height, tables, image_only)
+    return _Page(lines, height, tables, image_only, found.skipped)
 
 
 def _attachments(pdf: Any, limits: Limits, deadline: Deadline) -> list[EmbeddedFile]:
@@ -185,12 +197,14 @@ def _extract(pdf: Any, ctx: ParseContext, limits: Limits, deadline: Deadline) ->
     if n > limits.max_pages:
         raise ParseError(ParseErrorCode.TOO_LARGE, f"pdf: {n} pages (limit {limits.max_pages})")
     engine = ctx.engine or "auto"
+    # tables get a share of the budget: past it the pages are read as text, never lost to a grid
+    table_deadline = Deadline(deadline.remaining * _TABLE_TIME_SHARE) if engine != "ocr" else None
     pages: list[_Page] = []
     for i in range(n):
         deadline.check(f"pdf page {i + 1}")
         page = pdf[i]
         try:
-            pages.append(_read_page(page, deadline, with_tables=engine != "ocr"))
+            pages.append(_read_page(page, table_deadline))
         finally:
             page.close()
     wanted = list(range(n)) if engine == "ocr" else [i for i, p in enumerate(pages) if p.image_only]
@@ -348,6 +362,10 @@ def _build(found: _Extracted, ctx: ParseContext, limits: Limits) -> ParsedDocume
     tables = sum(len(p.tables) for p in pages)
     if tables:
         meta["tables"] = tables
+    skipped = [{"page": i + 1, "reason": p.tables_skipped} for i, p in enumerate(pages) if p.tables_skipped]
+    if skipped:
+        meta["tables_skipped"] = skipped[:_MAX_SKIPS_LISTED]
+        meta["tables_skipped_pages"] = len(skipped)
     heading = next((b.text for b in builder.blocks[:n_text_blocks] if b.kind == BlockKind.HEADING), None)
     return ParsedDocument(
         blocks=builder.blocks, title=found.info.get("title") or heading, media_type="application/pdf", metadata=meta

@@ -17,7 +17,7 @@ from typing import Any, overload
 from urllib.parse import urlsplit
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, RawDocument
-from plugins.parsers._common import Limits, document_budget
+from plugins.parsers._common import Limits, document_budget, document_embed_allowance
 
 __all__ = [
     "BUILTIN_PARSERS",
@@ -244,8 +244,10 @@ def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -
     """Parse one raw document. Raises :class:`ParseError` (never anything else).
 
     The whole parse, and everything nested in it (an embedded file parsed through this function
-    again included), runs under one deadline: the top-level document's ``time_budget_s``."""
-    with document_budget(Limits.from_options(options).time_budget_s):
+    again included), runs under one deadline, the top-level document's ``time_budget_s``, and
+    one embedded-file allowance (its ``embed_max_files``, ``embed_max_total``, ``max_chars``)."""
+    limits = Limits.from_options(options)
+    with document_budget(limits.time_budget_s), document_embed_allowance(limits):
         return _parse(raw, options)
 
 

@@ -6,7 +6,7 @@ Blocks: paragraphs, headings (a paragraph's ``\\outlinelevelN``, or its style na
 header when the table has more than one), then headers, footers and footnotes, each once, with
 ``metadata["part"]`` naming where they came from, then the files of embedded objects
 (``\\objdata``: Object Packager files, Word/Excel/PowerPoint/PDF objects; ``_rtf_objects``)
-parsed through ``_embedded``. ``\\info`` gives the title and author.
+parsed through ``_embedded``, identical objects once. ``\\info`` gives the title and author.
 
 Caps: the group depth (``Limits.xml_max_depth``), the output text (``Limits.max_chars``) and
 the time budget, checked every few thousand tokens.
@@ -14,11 +14,12 @@ the time budget, checked every few thousand tokens.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
-from plugins.parsers._embedded import embedded_images_wanted, parse_embedded
+from plugins.parsers._embedded import EmbeddedFile, embedded_images_wanted, parse_embedded
 from plugins.parsers._rtf_objects import object_files
 from plugins.parsers._rtf_reader import RtfReader
 from plugins.parsers._rtf_syntax import Flow, Para, Table
@@ -59,10 +60,26 @@ def _add_objects(builder: BlockBuilder, reader: RtfReader, ctx: ParseContext, me
     files, skipped = object_files(reader.objects)
     if not embedded_images_wanted(ctx.options):  # pictures pasted as packaged files are images too
         files = [f for f in files if (sniff_binary(f.data, f.name) or "") not in IMAGE_TYPES]
-    result = parse_embedded(files, ctx.options)
-    builder.blocks.extend(result.blocks)
+    files, repeats = _distinct(files)
+    result = parse_embedded(files, ctx.options, room=builder.room)
+    builder.extend(result.blocks)  # the embedded text counts against max_chars and max_blocks
     result.skipped.extend(skipped)
+    result.repeats = repeats
     result.record(meta)
+
+
+def _distinct(files: list[EmbeddedFile]) -> tuple[list[EmbeddedFile], dict[str, int]]:
+    """Each object's bytes once: a file pasted N times is parsed once, its references counted."""
+    first: dict[bytes, EmbeddedFile] = {}
+    repeats: dict[str, int] = {}
+    for item in files:
+        digest = hashlib.sha256(item.data).digest()
+        if digest in first:
+            name = first[digest].name
+            repeats[name] = repeats.get(name, 1) + 1
+        else:
+            first[digest] = item
+    return list(first.values()), repeats
 
 
 def _add_flow(builder: BlockBuilder, flow: Flow, deadline: Deadline, extra: dict[str, Any]) -> None:

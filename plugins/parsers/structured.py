@@ -9,7 +9,9 @@ which caps nesting itself. Aliases are kept as shared nodes by the loader, but w
 out expands them, so before constructing a document the alias graph is measured: a document
 that expands past ``max(_MIN_EXPANDED, _EXPANSION_RATIO x its node count)`` nodes ("billion
 laughs", YAML 1.2 7.1 aliases) or refers to itself is a ``bomb``. TOML is read by ``tomllib``
-(TOML 1.0, no aliases). Syntax errors are ``corrupt``. Both run isolated (in a forked child
+(TOML 1.0, no aliases). Syntax errors are ``corrupt``. Lines and paths are built and charged
+as JSON's are (``plugins.parsers.jsonl``): each line counted against ``max_chars`` before it
+exists, a key longer than ``MAX_KEY_CHARS`` cut to that and ``…`` in paths. Both run isolated (in a forked child
 killed at the time budget), because a whole document is one library call.
 """
 
@@ -24,9 +26,9 @@ from typing import Any
 
 import yaml
 
-from include.contract import ParsedDocument, ParseError, ParseErrorCode, Position
+from include.contract import ParsedDocument, ParseError, ParseErrorCode
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, decode_text
-from plugins.parsers.jsonl import flatten
+from plugins.parsers.jsonl import RecordBudget, flatten, path_key
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["parse_toml", "parse_yaml"]
@@ -125,24 +127,24 @@ def _yaml_documents(text: str, deadline: Deadline) -> Iterator[tuple[Any, dict[s
         loader.dispose()
 
 
-def _blocks(doc: Any, lines: dict[str, int], builder: BlockBuilder, deadline: Deadline, **extra: Any) -> None:
+def _blocks(doc: Any, lines: dict[str, int], budget: RecordBudget, deadline: Deadline, **extra: Any) -> None:
     """One block per top-level key (a mapping) or item (a list); one block for a lone scalar."""
     if isinstance(doc, dict):
-        items: list[tuple[str, Any]] = [(str(k), v) for k, v in doc.items()]
+        items: list[tuple[str, str, Any]] = [(str(k), path_key(k), v) for k, v in doc.items()]
     elif isinstance(doc, list):
-        items = [(f"[{i}]", v) for i, v in enumerate(doc)]
+        items = [("", f"[{i}]", v) for i, v in enumerate(doc)]
     elif doc is None:
         return
     else:
-        items = [("", doc)]
-    for n, (path, value) in enumerate(items):
+        items = [("", "", doc)]
+    for n, (key, path, value) in enumerate(items):
         if n % 1000 == 0:
             deadline.check("structured")
         out: list[str] = []
-        flatten(value, path, out)
+        flatten(value, path, out, budget)
         if not out and path:
             out.append(f"{path}:")  # an empty mapping or list: the key is still content
-        builder.paragraph("\n".join(out), [Position(line=lines.get(path), path=path or "$")], **extra)
+        budget.paragraph(out, path or "$", lines.get(key), **extra)
 
 
 def _title(doc: Any) -> str | None:
@@ -153,18 +155,19 @@ def _title(doc: Any) -> str | None:
     return None
 
 
-def _start(data: bytes, ctx: ParseContext) -> tuple[str, Limits, Deadline, BlockBuilder]:
+def _start(data: bytes, ctx: ParseContext) -> tuple[str, Deadline, BlockBuilder, RecordBudget]:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     text, _ = decode_text(data, ctx.declared_type)
-    return text, limits, Deadline(limits.time_budget_s), BlockBuilder(limits.max_blocks, limits.max_chars)
+    builder = BlockBuilder(limits.max_blocks, limits.max_chars)
+    return text, Deadline(limits.time_budget_s), builder, RecordBudget(builder, limits.max_chars)
 
 
 # isolated (a forked child killed at the time budget): PyYAML's constructor and tomllib run
 # whole documents in single calls that cannot check a deadline (~0.5 MB/s for PyYAML)
 @register_parser("yaml", "1.0", (YAML, "application/x-yaml", "text/yaml", "text/x-yaml"), ("yaml", "yml"), isolate=True)
 def parse_yaml(data: bytes, ctx: ParseContext) -> ParsedDocument:
-    text, _, deadline, builder = _start(data, ctx)
+    text, deadline, builder, budget = _start(data, ctx)
     documents = 0
     title = None
     pending: list[tuple[Any, dict[str, int]]] = []
@@ -174,7 +177,7 @@ def parse_yaml(data: bytes, ctx: ParseContext) -> ParsedDocument:
         pending.append((doc, lines))
     for index, (doc, lines) in enumerate(pending):
         extra = {"document": index} if documents > 1 else {}
-        _blocks(doc, lines, builder, deadline, **extra)
+        _blocks(doc, lines, budget, deadline, **extra)
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "yaml: no values")
     return ParsedDocument(blocks=builder.blocks, title=title, media_type=YAML, metadata={"documents": documents})
@@ -199,14 +202,14 @@ def _toml_lines(text: str) -> dict[str, int]:
 
 @register_parser("toml", "1.0", (TOML,), ("toml",), isolate=True)
 def parse_toml(data: bytes, ctx: ParseContext) -> ParsedDocument:
-    text, _, deadline, builder = _start(data, ctx)
+    text, deadline, builder, budget = _start(data, ctx)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"toml: {exc}") from exc
     except RecursionError as exc:
         raise ParseError(ParseErrorCode.BOMB, "toml: nesting too deep") from exc
-    _blocks(doc, _toml_lines(text), builder, deadline)
+    _blocks(doc, _toml_lines(text), budget, deadline)
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "toml: no values")
     return ParsedDocument(blocks=builder.blocks, title=_title(doc), media_type=TOML)

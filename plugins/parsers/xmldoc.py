@@ -19,12 +19,19 @@ Decisions:
   parser), so an entity bomb yields no text; libxml2 refuses nesting past 256 levels (``bomb``);
 * a document that is not well-formed is read again in libxml2's recover mode (the well-formed
   part, ``metadata.recovered``) rather than refused; one with nothing readable is ``corrupt``;
-* an XHTML document (root ``html``) goes to the HTML parser.
+* an XHTML document (root ``html``) goes to the HTML parser;
+* paths are text the parse builds, so each block's path is charged against ``max_chars`` when
+  it is built, and only for a block: an element holds a link to its parent's path, not a copy of
+  it, so 100,000 leaves under 250 nested 2,000-character names share one chain instead of each
+  holding a 500,000-character string (which ran a parse out of 4 GB before); an element name
+  longer than ``_MAX_NAME_CHARS`` is cut to that many characters and ``…`` in paths and in
+  ``metadata.element`` (a name is a label, not the document's text).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -44,6 +51,7 @@ _TEXT_ATTRIBUTE_SUFFIXES = ("_name", "name", "title", "label", "description")
 _HEADINGS = frozenset({"title", "head", "heading", "h1", "h2", "h3", "h4", "h5", "h6"})
 _VERBATIM = frozenset({"programlisting", "screen", "pre", "code", "literallayout", "verbatim"})
 _SKIP = frozenset({"script", "style"})
+_MAX_NAME_CHARS = 256
 
 
 @lru_cache(maxsize=4096)  # a document repeats a few tag names thousands of times
@@ -53,7 +61,33 @@ def _local(tag: str) -> str:
 
 def _name(el: etree._Element) -> str:
     local = _local(el.tag)
-    return f"{el.prefix}:{local}" if el.prefix else local
+    name = f"{el.prefix}:{local}" if el.prefix else local
+    return name if len(name) <= _MAX_NAME_CHARS else f"{name[:_MAX_NAME_CHARS]}…"
+
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    """An element's path as its last step and a link to its parent's path.
+
+    Written out (:meth:`text`) only for a block, after charging its length: siblings share
+    their parent's chain instead of each copying the prefix."""
+
+    parent: _Path | None
+    step: str  # "book[3]"
+    chars: int  # length of the written-out path
+
+    @classmethod
+    def under(cls, parent: _Path | None, step: str) -> _Path:
+        return cls(parent, step, (parent.chars if parent else 0) + 1 + len(step))
+
+    def text(self, builder: BlockBuilder) -> str:
+        builder.charge(self.chars)  # before the string exists
+        steps: list[str] = []
+        node: _Path | None = self
+        while node is not None:
+            steps.append(node.step)
+            node = node.parent
+        return "/" + "/".join(reversed(steps))
 
 
 def _is_element(node: Any) -> bool:
@@ -86,7 +120,7 @@ def _attribute_text(el: etree._Element) -> list[str]:
     return list(dict.fromkeys(found))  # name="Ari" ref_name="Ari": once
 
 
-def _child_paths(el: etree._Element, path: str) -> list[tuple[etree._Element, str]]:
+def _child_paths(el: etree._Element, path: _Path) -> list[tuple[etree._Element, _Path]]:
     children = [c for c in el if _is_element(c)]
     totals = Counter(_name(c) for c in children)
     seen: Counter[str] = Counter()
@@ -94,15 +128,17 @@ def _child_paths(el: etree._Element, path: str) -> list[tuple[etree._Element, st
     for child in children:
         name = _name(child)
         seen[name] += 1
-        out.append((child, f"{path}/{name}[{seen[name]}]" if totals[name] > 1 else f"{path}/{name}"))
+        out.append((child, _Path.under(path, f"{name}[{seen[name]}]" if totals[name] > 1 else name)))
     return out
 
 
-def _emit(el: etree._Element, path: str, level: int, builder: BlockBuilder) -> None:
+def _emit(el: etree._Element, path: _Path, level: int, builder: BlockBuilder) -> None:
     local = _local(el.tag).lower()
-    where = [Position(path=path)]
     attributes = _attribute_text(el)
     text = _text_of(el)
+    if not attributes and not text.strip():
+        return  # no block, so no path to write out
+    where = [Position(path=path.text(builder))]
     if local in _HEADINGS and not attributes:
         builder.heading(text, level, where, element=_name(el))
     elif local in _VERBATIM:
@@ -114,7 +150,7 @@ def _emit(el: etree._Element, path: str, level: int, builder: BlockBuilder) -> N
 def _walk(root: etree._Element, builder: BlockBuilder, deadline: Deadline, max_depth: int) -> None:
     # (element, path, heading level for a title found in it, depth); a list used as a stack
     # keeps the walk iterative whatever the nesting
-    stack: list[tuple[etree._Element, str, int, int]] = [(root, f"/{_name(root)}", 1, 1)]
+    stack: list[tuple[etree._Element, _Path, int, int]] = [(root, _Path.under(None, _name(root)), 1, 1)]
     visited = 0
     while stack:
         el, path, level, depth = stack.pop()
@@ -130,7 +166,7 @@ def _walk(root: etree._Element, builder: BlockBuilder, deadline: Deadline, max_d
             continue
         attributes = _attribute_text(el)
         if attributes:
-            builder.paragraph("\n".join(attributes), [Position(path=path)], element=_name(el))
+            builder.paragraph("\n".join(attributes), [Position(path=path.text(builder))], element=_name(el))
         children = _child_paths(el, path)
         # the children of an element with a heading of its own are one section deeper
         deeper = level + 1 if any(_local(c.tag).lower() in _HEADINGS for c, _ in children) else level

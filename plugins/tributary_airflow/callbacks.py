@@ -21,7 +21,8 @@ from airflow.sdk.execution_time import task_runner
 
 from plugins.engine import RunContext, RunParams, get_source
 from plugins.engine.alerts import build_failure_summary, post_failure_summary
-from plugins.engine.commit import end_rebuild
+from plugins.engine.commit import end_rebuild, with_error_reason
+from plugins.engine.context import is_closed
 from plugins.engine.reaper import DagRunState
 from plugins.tributary_airflow.hooks import StateStoreHook
 
@@ -121,16 +122,18 @@ def on_task_failure(context: Any) -> None:
         run = store.get_run(run_id, sid)
         if run is None:  # failed before discover opened the run: the DAG callback opens nothing
             return
-        if run.get("status") == "success":  # a cleared task of a finished run: the sync stands
-            log.warning("task %s of finished run %s failed; the run stays a success", _stage_name(ti), run_id)
+        if is_closed(run):  # a cleared task of a finished run, or the summary of a failed one
+            log.warning("task %s of finished run %s failed; the run stays %s", _stage_name(ti), run_id, run["status"])
             return
         exception = context.get("exception")
         line = f"{_stage_name(ti)}: {type(exception).__name__}: {exception}"
         previous = [e for e in (run.get("error") or "").split("\n") if e]
+        counts = dict(run.get("counts") or {})
         if line not in previous:
             previous.append(line[:_MAX_LINE])
+            counts = with_error_reason(counts, f"{type(exception).__name__}: {exception}")
         error = "\n".join(previous)[-_MAX_ERROR:]
-        store.finish_run(run_id, "failed", run.get("counts") or {}, error=error, source=sid)
+        store.finish_run(run_id, "failed", counts, error=error, source=sid)
 
 
 def _drop_rebuild(source_id: str, run: dict[str, Any]) -> None:
@@ -152,7 +155,7 @@ def on_dag_failure(context: Any) -> None:
     sid = _source_id(context)
     with StateStoreHook() as store:
         run = store.get_run(run_id, sid)
-        if run is not None and run.get("status") != "success":  # a finished run stays one
+        if run is not None and not is_closed(run):  # a finished run stays as it ended
             error = run.get("error") or f"{_stage_name(ti)} failed ({context.get('reason') or 'task_failure'})"
             store.finish_run(run_id, "failed", run.get("counts") or {}, error=error[:_MAX_ERROR], source=sid)
             run = store.get_run(run_id, sid)

@@ -103,7 +103,7 @@ def test_a_hostile_answer_fails_its_document_and_the_run_goes_on(
     sim.fault("raw", when="DEEPNEST", body=deep, media_type="application/json")
     source = _source(root)
     summary = run_pipeline(source, {}, embedder_factory=_factory(source, conn))
-    assert summary.status == "success"
+    assert summary.status == "partial"  # two of six failed: the run says so
     assert (summary.counts["new"], summary.counts["failed"]) == (4, 2)
     store = open_state_store()
     try:

@@ -208,9 +208,11 @@ def test_dry_run_reports_what_a_real_run_would_do() -> None:
         ("a.md", "new"),
         ("b.md", "changed"),
         ("c.md", "new"),
+        ("u.md", "unchanged"),  # a real run records its unchanged items too: same words, with "would"
         ("d.md", "deleted"),
     ]
-    assert rows[-1].reason == "dry run: would delete (trashed)"
+    assert rows[-1].reason == "dry run: would be deleted (trashed)"
+    assert rows[0].reason == "dry run: would be indexed (new)" and rows[3].reason.startswith("dry run: would stay")
     counts = dry_run_counts(plan)
     assert (counts["would_add"], counts["would_update"], counts["would_delete"], counts["unchanged"]) == (2, 1, 1, 1)
     assert counts["dry_run"] is True and counts["new"] == counts["chunks_written"] == 0

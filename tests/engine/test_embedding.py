@@ -99,9 +99,9 @@ def _source(root: Path, model: str | None = None) -> SourceConfig:
     )
 
 
-def _run(source: SourceConfig, embedder: HashEmbedder, **params: object) -> dict[str, object]:
+def _run(source: SourceConfig, embedder: HashEmbedder, status: str = "success", **params: object) -> dict[str, object]:
     summary = run_pipeline(source, params, embedder_factory=lambda: embedder)
-    assert summary.status == "success"
+    assert summary.status == status
     return summary.counts
 
 
@@ -158,7 +158,7 @@ def test_a_refused_row_fails_its_document_only(tributary_home: Path, notes: Path
     _write(notes / "note1.md", _note(1, marker=" BROKEN"))
     _write(notes / "note3.md", _note(3, marker=" POISON"))
     src = _source(notes)
-    counts = _run(src, HashEmbedder(_model(src)))
+    counts = _run(src, HashEmbedder(_model(src)), status="partial")
     assert (counts["new"], counts["failed"]) == (3, 2)
     store = open_state_store()
     try:
@@ -264,7 +264,10 @@ def test_changing_the_model_re_embeds_every_document_once(tributary_home: Path, 
     switched = _source(notes, model="cnmoro/portuguese-multilingual-e5-small")
     embedder = HashEmbedder(_model(switched))
     counts = _run(switched, embedder)
-    assert counts["changed"] == 5 and counts["chunks_embedded"] == first["chunks_embedded"] == embedder.embedded
+    # same text, same chunks: "unchanged (forced)", re-embedded under the new model
+    assert (
+        counts["unchanged_forced"] == 5 and counts["chunks_embedded"] == first["chunks_embedded"] == embedder.embedded
+    )
     assert _run(switched, HashEmbedder(embedder.model_id))["chunks_embedded"] == 0
 
 

@@ -39,9 +39,9 @@ def _source(root: Path, **kw) -> SourceConfig:
     return SourceConfig(kind="files", name="t", options={"root": str(root)}, batch_size=2, **kw)
 
 
-def _counts(source: SourceConfig, **params) -> dict:
+def _counts(source: SourceConfig, status: str = "success", **params) -> dict:
     summary = run_pipeline(source, params)
-    assert summary.status == "success"
+    assert summary.status == status
     return summary.counts
 
 
@@ -118,18 +118,19 @@ def test_mass_delete_guard(tributary_home: Path, folder: Path) -> None:
 def test_changed_chunker_options_reprocess_everything(tributary_home: Path, folder: Path) -> None:
     _counts(_source(folder))
     counts = _counts(_source(folder, chunker={"name": "token", "options": {"chunk_token_num": 64}}))
-    assert counts["changed"] == 6 and counts["unchanged"] == 0
+    # short notes come out as the same one chunk: re-processed by force, recorded unchanged (forced)
+    assert counts["changed"] == 0 and counts["unchanged"] == counts["unchanged_forced"] == counts["chunked"] == 6
 
 
 def test_bad_document_is_recorded_and_retried(tributary_home: Path, folder: Path) -> None:
     (folder / "bad.pdf").write_bytes(b"%PDF-1.7\n this is not really a pdf")
     src = _source(folder)
-    counts = _counts(src)
+    counts = _counts(src, status="partial")
     assert counts["new"] == 6 and counts["failed"] == 1
     store = open_state_store()
     bad = store.get_item("files:t", "bad.pdf")
     assert bad.failure_count == 1 and bad.last_error_reason.startswith("parse:") and not bad.indexed
-    again = _counts(src)  # retried next run (and still failing: the streak grows)
+    again = _counts(src, status="partial")  # retried next run (and still failing: the streak grows)
     assert again["failed"] == 1 and store.get_item("files:t", "bad.pdf").failure_count == 2
 
 
@@ -143,10 +144,12 @@ def test_dry_run_writes_nothing(tributary_home: Path, folder: Path) -> None:
 
 def test_full_resync_reprocesses_and_max_items_limits(tributary_home: Path, folder: Path) -> None:
     src = _source(folder)
-    assert _counts(src, max_items=2)["new"] == 2
-    assert _counts(src)["new"] == 4
+    limited = _counts(src, max_items=2)
+    assert limited["new"] == 2 and limited["deferred"] == 4  # the rest said, not only left out
+    rest = _counts(src)
+    assert rest["new"] == 4 and rest["deferred"] == 0
     counts = _counts(src, full_resync=True)
-    assert counts["changed"] == 6 and counts["chunks_written"] == 0  # same chunks: not rewritten
+    assert counts["unchanged_forced"] == 6 and counts["chunks_written"] == 0  # same chunks: not rewritten
 
 
 def test_state_on_postgres(tributary_home: Path, folder: Path, postgres_url: str, monkeypatch) -> None:

@@ -54,7 +54,7 @@ def test_sync_feishu_dag_defers_exports(
     assert str(dr.state).endswith("success"), _task_states(dr)
     assert set(_task_states(dr)["fetch"]) == {"success"} and len(_task_states(dr)["fetch"]) == 2
     run = last_run("feishu:drive")
-    assert run["status"] == "success"
+    assert run["status"] == "partial"  # one export fails: the run says so
     assert (run["counts"]["new"], run["counts"]["failed"]) == (6, 1)
     assert sim.counters["export_creations"] == 5 and sim.counters["export_polls"] >= 5 * 3
     index = open_index()

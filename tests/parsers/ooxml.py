@@ -190,3 +190,54 @@ def with_inflated_sheet(xlsx: bytes, spaces: int = 40 << 20) -> bytes:
                 body = body.replace(b"</sheetData>", b"</sheetData><!--" + b" " * spaces + b"-->")
             dst.writestr(info.filename, body, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
     return out.getvalue()
+
+
+IMAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"
+
+
+def add_parts(package: bytes, parts: list[tuple[str, str, bytes]], rel_type: str, content_type: str) -> bytes:
+    """``package`` with many parts added at once: ``(source part, part name, data)`` each, related
+    from its source part as :func:`add_part` relates one (one rewrite of the zip, not one per part)."""
+    src = zipfile.ZipFile(io.BytesIO(package))
+    rels: dict[str, list[str]] = {}
+    overrides: list[str] = []
+    for n, (source_part, name, _) in enumerate(parts):
+        base, leaf = source_part.rsplit("/", 1)
+        target = name[len(base) + 1 :] if name.startswith(base + "/") else "/" + name
+        rels.setdefault(f"{base}/_rels/{leaf}.rels", []).append(
+            f'<Relationship Id="rIdBulk{n}" Type="{rel_type}" Target="{target}"/>'
+        )
+        overrides.append(f'<Override PartName="/{name}" ContentType="{content_type}"/>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename in rels:
+                body = body.replace(
+                    b"</Relationships>", "".join(rels.pop(info.filename)).encode() + b"</Relationships>"
+                )
+            elif info.filename == "[Content_Types].xml":
+                body = body.replace(b"</Types>", "".join(overrides).encode() + b"</Types>")
+            dst.writestr(info.filename, body)
+        for rels_name, entries in rels.items():
+            dst.writestr(
+                rels_name,
+                '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+                '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+                f"{''.join(entries)}</Relationships>",
+            )
+        for _, name, data in parts:
+            dst.writestr(name, data)
+    return out.getvalue()
+
+
+def text_docx(*paragraphs: str) -> bytes:
+    """A DOCX written by python-docx with one paragraph per argument."""
+    import docx
+
+    d = docx.Document()
+    for text in paragraphs:
+        d.add_paragraph(text)
+    buf = io.BytesIO()
+    d.save(buf)
+    return buf.getvalue()

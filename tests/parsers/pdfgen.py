@@ -118,3 +118,42 @@ def build_flate_bomb_pdf(inflated: int, text: str = "Bomb page") -> bytes:
         _stream(flate_bomb(inflated), "/Filter /FlateDecode "),
     ]
     return _obj_bytes(objs)
+
+
+def build_grid_pdf(rows: int, cols: int, cell: float = 5.0, text: str = "Text beside the grid.") -> bytes:
+    """One page: a ruled grid of ``rows`` x ``cols`` cells, ``cell`` points square, each rule its own
+    stroked path (``m l S``), in a Flate stream (a 300 x 300 grid is ~4 KB), and a line of ``text``
+    above it. The page grows to hold the grid: rules closer than 3 points would snap together."""
+    left, top = 36.0, 72.0
+    width, height = left * 2 + cols * cell, top + 36.0 + rows * cell
+    ops = [f"BT /F1 11 Tf {left} {height - 40} Td ({_esc(text)}) Tj ET", "0.5 w"]
+    for r in range(rows + 1):
+        y = height - top - r * cell
+        ops.append(f"{left} {y:.2f} m {left + cols * cell} {y:.2f} l S")
+    for c in range(cols + 1):
+        x = left + c * cell
+        ops.append(f"{x:.2f} {height - top} m {x:.2f} {height - top - rows * cell} l S")
+    return _one_page(zlib.compress("\n".join(ops).encode("latin-1"), 9), width, height)
+
+
+def build_long_line_pdf(chars: int, word: str = "ab ") -> bytes:
+    """One page whose text is a single ``Tj`` of ``chars`` characters (``word`` repeated: spaced
+    words, so pdfium puts spaces in the line), small enough to stay on a wide page, Flate-packed."""
+    text = (word * (chars // len(word) + 1))[:chars]
+    # pdfium reads at most 32,767 characters of one string: the line is many strings, one after another
+    shown = " ".join(f"({_esc(text[i : i + 8192])}) Tj" for i in range(0, len(text), 8192))
+    content = f"BT /F1 1 Tf 10 400 Td {shown} ET".encode("latin-1")
+    return _one_page(zlib.compress(content, 9), 14400.0, 842.0)
+
+
+def _one_page(deflated_content: bytes, width: float, height: float) -> bytes:
+    return _obj_bytes(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 {width:g} {height:g}] /Contents 5 0 R "
+            "/Resources << /Font << /F1 3 0 R >> >> >>".encode(),
+            _stream(deflated_content, "/Filter /FlateDecode "),
+        ]
+    )

@@ -8,20 +8,9 @@ import io
 
 from include.contract import BlockKind
 from tests.parsers.conftest import needs_soffice, parse_bytes, realdoc
-from tests.parsers.ooxml import DOCX_TYPE, PACKAGE_REL, XLSX_TYPE, add_part, with_inflated_sheet
+from tests.parsers.ooxml import DOCX_TYPE, PACKAGE_REL, XLSX_TYPE, add_part, text_docx, with_inflated_sheet
 
 IMAGE_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/image"
-
-
-def _docx(*paragraphs: str) -> bytes:
-    import docx
-
-    d = docx.Document()
-    for text in paragraphs:
-        d.add_paragraph(text)
-    buf = io.BytesIO()
-    d.save(buf)
-    return buf.getvalue()
 
 
 def _xlsx(rows: list[list[object]]) -> bytes:
@@ -41,7 +30,7 @@ def _embed_in_docx(outer: bytes, name: str, data: bytes, content_type: str, rid:
 
 def test_workbook_inside_docx_follows_the_body():
     inner = _xlsx([["region", "units"], ["north", 12], ["south", 7]])
-    data = _embed_in_docx(_docx("Quarterly summary.", "See the attached sheet."), "Sales.xlsx", inner, XLSX_TYPE)
+    data = _embed_in_docx(text_docx("Quarterly summary.", "See the attached sheet."), "Sales.xlsx", inner, XLSX_TYPE)
     doc = parse_bytes(data, "report.docx")
     texts = [b.text for b in doc.blocks]
     assert texts[:3] == ["Quarterly summary.", "See the attached sheet.", "Sales.xlsx (document)"]
@@ -59,9 +48,9 @@ def test_workbook_inside_docx_follows_the_body():
 
 def test_nesting_past_embed_max_depth_is_cut_off():
     # level 0 embeds level 1 embeds ... level 5; the default embed_max_depth is 3
-    data = _docx("level 5 text")
+    data = text_docx("level 5 text")
     for level in range(4, -1, -1):
-        data = _embed_in_docx(_docx(f"level {level} text"), f"level{level + 1}.docx", data, DOCX_TYPE)
+        data = _embed_in_docx(text_docx(f"level {level} text"), f"level{level + 1}.docx", data, DOCX_TYPE)
     doc = parse_bytes(data, "level0.docx")
     texts = [b.text for b in doc.blocks if b.kind == BlockKind.PARAGRAPH]
     assert texts == ["level 0 text", "level 1 text", "level 2 text", "level 3 text"]
@@ -85,7 +74,7 @@ def test_zip_bomb_embedded_in_a_good_document_fails_alone():
     # a workbook whose sheet inflates 40 MiB from ~40 KB: the nested parse meets the same zip
     # caps as a top-level file; the outer document keeps its own text
     bomb = with_inflated_sheet(_xlsx([["a", "b"]]))
-    data = _embed_in_docx(_docx("Cover letter."), "bomb.xlsx", bomb, XLSX_TYPE)
+    data = _embed_in_docx(text_docx("Cover letter."), "bomb.xlsx", bomb, XLSX_TYPE)
     doc = parse_bytes(data, "letter.docx")
     assert [b.text for b in doc.blocks] == ["Cover letter."]
     [failed] = doc.metadata["embedded_failed"]
@@ -93,7 +82,7 @@ def test_zip_bomb_embedded_in_a_good_document_fails_alone():
 
 
 def test_embedded_total_size_cap_skips_the_file():
-    data = _embed_in_docx(_docx("Outer."), "big.xlsx", _xlsx([["x"] * 50] * 50), XLSX_TYPE)
+    data = _embed_in_docx(text_docx("Outer."), "big.xlsx", _xlsx([["x"] * 50] * 50), XLSX_TYPE)
     doc = parse_bytes(data, "o.docx", embed_max_total=1000)
     assert [b.text for b in doc.blocks] == ["Outer."]
     assert doc.metadata["embedded_skipped"][0]["name"] == "word/embeddings/big.xlsx"

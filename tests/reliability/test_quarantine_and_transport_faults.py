@@ -157,7 +157,7 @@ def test_truncated_body_and_connection_reset_are_failures_not_content(
 ) -> None:
     src = _web_source(raw_server.base)
     first = run_pipeline(src)
-    assert first.status == "success" and first.counts["new"] == 2  # the run completes: / and /ok
+    assert first.status == "partial" and first.counts["new"] == 2  # the run completes: / and /ok
     assert raw_server.hits["/short"] == 2 and raw_server.hits["/reset"] == 2  # one retry each
     stats = first.counts["source_stats"]
     assert stats["errors"] == {"network": 2} and stats["retries"] == 2
@@ -172,7 +172,7 @@ def test_truncated_body_and_connection_reset_are_failures_not_content(
 
     second = run_pipeline(src)  # retried next run
     assert raw_server.hits["/short"] == 4 and raw_server.hits["/reset"] == 4
-    assert second.status == "success" and second.counts["unchanged"] == 2 and second.counts["deleted"] == 0
+    assert second.status == "partial" and second.counts["unchanged"] == 2 and second.counts["deleted"] == 0
 
 
 def test_failed_web_pages_are_recorded_per_item_with_reason(tributary_home: Path, raw_server: _RawServer) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -70,3 +71,16 @@ def s3_server(bucket: str = "tributary-staging") -> Iterator[S3Server]:
         yield s3
     finally:
         server.stop()
+
+
+@contextmanager
+def s3_connection(conn_id: str) -> Iterator[S3Server]:
+    """:func:`s3_server` with its Airflow Connection ``conn_id`` in the environment meanwhile."""
+    with s3_server() as server:
+        saved = {k: os.environ.get(k) for k in server.connection_env(conn_id)}
+        os.environ.update(server.connection_env(conn_id))
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)

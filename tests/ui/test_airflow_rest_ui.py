@@ -301,7 +301,14 @@ def test_dry_run_reports_and_writes_nothing(stack: Stack) -> None:
     assert (counts["would_add"], counts["would_update"], counts["would_delete"]) == (1, 2, 0)
     assert counts["chunks_written"] == 0 and counts["new"] == counts["changed"] == 0
     items = _items(stack, run_id)
-    assert {k: i["action"] for k, i in items.items()} == {"b.md": "changed", "c.md": "changed", "f.md": "new"}
+    # the dry run lists every item it looked at, the unchanged ones too, with what a real run would do
+    assert {k: i["action"] for k, i in items.items()} == {
+        "a.md": "unchanged",
+        "b.md": "changed",
+        "c.md": "changed",
+        "d.md": "unchanged",
+        "f.md": "new",
+    }
     assert all(i["reason"].startswith("dry run") for i in items.values())
 
 

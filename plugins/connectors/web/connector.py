@@ -48,6 +48,7 @@ from plugins.connectors.web.politeness import make_politeness
 from plugins.connectors.web.rendering import make_render_step
 from plugins.connectors.web.ssrf import AddressGuard
 from plugins.connectors.web.urls import Scope, file_name_for
+from plugins.connectors.web.window import ModifiedWindow
 
 __all__ = ["WebConnector"]
 
@@ -178,7 +179,15 @@ class WebConnector(Connector):
             o = self.options
             whole = Scope(o.seeds, o.scope, o.include, o.exclude) if request.partition is not None else None
             crawler = Crawler(
-                options, fetcher, cache, known, request.stage, request.max_items, whole, spill=request.spill
+                options,
+                fetcher,
+                cache,
+                known,
+                request.stage,
+                request.max_items,
+                whole,
+                spill=request.spill,
+                window=ModifiedWindow(request.window_start, request.window_end),
             )
             fetcher.delay_for = crawler.delay_for
             crawler.render = make_render_step(options, fetcher, crawler.robots, crawler._hop_refusal)

@@ -31,6 +31,7 @@ from plugins.connectors.web.options import WebOptions
 from plugins.connectors.web.render import RenderedPage, RenderStep
 from plugins.connectors.web.site_files import SiteFiles
 from plugins.connectors.web.urls import Scope, TrapGuard, canonicalize, file_name_for
+from plugins.connectors.web.window import ModifiedWindow
 
 __all__ = ["CrawlResult", "Crawler"]
 
@@ -161,12 +162,14 @@ class Crawler:
         whole: Scope | None = None,
         render: RenderStep | None = None,
         spill: Spill | None = None,
+        window: ModifiedWindow | None = None,
     ) -> None:
         """``whole``: the source's scope when this crawl is one partition of it (``options``
         then hold that partition's seeds): links and redirects into the rest of it are handed
         off (every one: ``spill`` stages the list past a bound), not followed."""
         self.o = options
         self.whole = whole
+        self.window = window or ModifiedWindow()  # a backfill's [start, end), judged by Last-Modified
         self.render = render  # None: render off, pages staged as fetched
         self.handoffs = HandoffSpool(spill)
         self.fetcher = fetcher
@@ -505,7 +508,9 @@ class Crawler:
             self.counts["duplicate_canonical"] += 1
             return
         self._emitted.add(key)
-        self.result.all_keys.add(key)
+        self.result.all_keys.add(key)  # listed even when outside the window: it exists
+        if not self.window.admits(last_modified, self.counts):
+            return
         stored_type = content_type or media
         # The name fetch gives the document (same key, same extension): one staged file.
         staged = self.stage(key, result.body, file_name_for(url, stored_type)) if self.stage else None

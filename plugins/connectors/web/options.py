@@ -123,6 +123,18 @@ class WebOptions(EngineOptions):
     def _canonical_seeds(cls, seeds: list[str]) -> list[str]:
         return [canonical_page_url(s) for s in seeds]
 
+    @field_validator("window_overlap_minutes")
+    @classmethod
+    def _no_scheduled_windows(cls, minutes: float | None) -> float | None:
+        # A crawl finds changes by its validators (ETag / Last-Modified, RFC 9110 s13); a scheduled
+        # window would also drop a page edited with an older Last-Modified, run after run.
+        if minutes is not None:
+            raise ValueError(
+                "a web source takes no window_overlap_minutes: every crawl checks every page's validators; "
+                "windows apply to backfills and to runs given window_start/window_end"
+            )
+        return minutes
+
     def scope_units(self) -> list[str]:
         """The seeds' crawl-scope units (``host[:port]``, or registrable domain), in seed order."""
         scope = Scope(self.seeds, self.scope)

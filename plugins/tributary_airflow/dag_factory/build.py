@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator
+from airflow.sdk import DAG, Asset, BaseOperator, XComArg
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from include.config import SourceConfig, load_sources_report
@@ -143,7 +143,9 @@ def build_dag(source: SourceConfig) -> DAG:
         if source.embedding.enabled:
             indexed = EmbedOperator.partial(task_id="embed", source=sid).expand(manifest=indexed.output)
         upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=indexed.output)
-        commit = CommitStateOperator(task_id="commit", source=sid)
+        commit = CommitStateOperator(
+            task_id="commit", source=sid, manifests=upserted.output, plan=XComArg(discover, key="plan")
+        )
         upserted >> commit
         discover >> commit  # nothing to fetch: commit still runs (and closes the run)
         RunSummaryOperator(task_id="summary", source=sid, counts=commit.output, outlets=[index_asset(source)])

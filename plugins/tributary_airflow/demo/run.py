@@ -138,7 +138,22 @@ def main() -> int:
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     if not _sync_in_airflow(env):
         return 2
-    return _report()
+    status = _report()
+    print(_NEXT, flush=True)
+    return status
+
+
+# what a new user can try once the demo has run (README "Using it" and "The UI")
+_NEXT = f"""
+next:
+  make run                                  again: an incremental resync (304s, nothing re-indexed)
+  make ui                                   Airflow and the Tributary pages on http://127.0.0.1:8080/tributary/
+                                            (user admin, password in $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)
+  . .venv/bin/activate
+  python -m plugins.tributary_airflow.demo.serve &     serve the demo site for CLI syncs
+  python -m plugins.engine.cli sync {SOURCE}           one sync in-process, with a short summary
+  python -m plugins.engine.cli runs --source {SOURCE}  the runs, with outcome, start time and duration
+  python -m plugins.engine.cli search "{QUESTION}" --mode hybrid"""
 
 
 if __name__ == "__main__":

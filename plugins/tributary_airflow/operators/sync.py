@@ -57,6 +57,7 @@ __all__ = [
     "EmbedOperator",
     "FetchOperator",
     "ParseOperator",
+    "RunFailedError",
     "RunSummaryOperator",
     "StartRunOperator",
     "UpsertOperator",
@@ -187,19 +188,36 @@ class UpsertOperator(_ManifestOperator):
 class CommitStateOperator(StepOperator):
     """Apply deletions, then commit item state and lineage for what reached the index."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = ("source", "manifests", "plan")
+
+    def __init__(self, *, manifests: Any = None, plan: Any = None, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "none_failed")  # runs when there was nothing to fetch
         super().__init__(**kwargs)
+        # the refs (path#size:sha256) the upsert tasks and discover returned: commit checks the
+        # files against them before it reads them (a DAG built before refs passes neither)
+        self.manifests = manifests
+        self.plan = plan
 
     def make_step(self, ctx: RunContext) -> CommitStep:
-        return CommitStep(ctx, self.index_hook.get_conn)
+        manifests = [str(m) for m in (self.manifests or ()) if m]
+        return CommitStep(ctx, self.index_hook.get_conn, manifests, str(self.plan) if self.plan else None)
 
     def xcom_value(self, result: CountsResult, context: Context) -> dict[str, Any]:
         return result.totals
 
 
+class RunFailedError(RuntimeError):
+    """The run ended ``failed`` (nothing was reached: the listing failed, the site was down, every
+    fetch failed): the summary task fails, so the DAG run fails and its failure callback alerts."""
+
+
 class RunSummaryOperator(StepOperator):
-    """Close the run in the run log, clean staging, and attach the counts to the index asset event."""
+    """Close the run in the run log, clean staging, and attach the counts to the index asset event.
+
+    The run's outcome decides the task's: ``failed`` raises :class:`RunFailedError` (also when a
+    retry finds the run closed, so a retried summary cannot turn the DAG run green); ``partial``
+    and ``success`` succeed (a partial run alerts by the source's thresholds, at the summary).
+    """
 
     template_fields: Sequence[str] = ("source", "counts")
 
@@ -216,6 +234,8 @@ class RunSummaryOperator(StepOperator):
         source, run_id = self.source, context["run_id"]
         if self._step is not None:
             source = self._step.ctx.source.source_id
+        if counts.get("outcome") == "failed":
+            raise RunFailedError(f"run {run_id} of {source} failed: {counts.get('outcome_note') or 'nothing reached'}")
         for outlet in self.outlets or []:
             context["outlet_events"][outlet].extra = {"source": source, "run_id": run_id, **counts}
         self.log.info("run %s of %s: %s", run_id, source, counts)

@@ -1,0 +1,85 @@
+"""Human text of the command line (``plugins.engine.cli``): a sync's summary, the runs table,
+search scores. ``--json`` prints the records themselves; these are for people."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["RUN_COLUMNS", "runs_table_text", "score_text", "sync_summary_text"]
+
+# one column order for every row of ``runs`` (a dry run shows what it would do in the same columns)
+RUN_COLUMNS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
+_WOULD = {"new": "would_add", "changed": "would_update", "deleted": "would_delete"}
+
+
+def _action_counts(counts: Mapping[str, Any]) -> dict[str, int]:
+    if counts.get("dry_run"):
+        return {c: int(counts.get(_WOULD.get(c, c)) or 0) for c in RUN_COLUMNS}
+    return {c: int(counts.get(c) or 0) for c in RUN_COLUMNS}
+
+
+def sync_summary_text(run_id: str, source: str, counts: Mapping[str, Any], seconds: float) -> str:
+    """A few lines: outcome, counts, reasons, duration, what to look at next."""
+    outcome = str(counts.get("outcome") or "success")
+    dry = " (dry run: nothing written; counts say what a real run would do)" if counts.get("dry_run") else ""
+    actions = _action_counts(counts)
+    lines = [
+        f"{source}: {outcome}{dry} in {seconds:.1f} s — run {run_id}",
+        "  " + "  ".join(f"{k} {v}" for k, v in actions.items()),
+    ]
+    if counts.get("unchanged_forced"):
+        lines[-1] += f"  (unchanged (forced) {counts['unchanged_forced']})"
+    if not counts.get("dry_run"):
+        lines.append(
+            f"  chunks written {counts.get('chunks_written', 0)}, bytes fetched {counts.get('bytes_fetched', 0)}"
+        )
+    reasons = counts.get("reasons") or {}
+    if reasons:
+        lines.append("  reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
+    if counts.get("outcome_note"):
+        lines.append(f"  why: {counts['outcome_note']}")
+    lines.append(f"  next: run {run_id} --source {source}" + (" --action failed" if actions["failed"] else ""))
+    return "\n".join(lines)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    """A run row's time (a datetime, or its ISO text as the lineage rows carry it)."""
+    if isinstance(value, str) and value:
+        value = dt.datetime.fromisoformat(value)
+    if not isinstance(value, dt.datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _duration(run: Mapping[str, Any]) -> str:
+    start, end = _time(run.get("started_at")), _time(run.get("ended_at"))
+    if start is None or end is None:
+        return "-"
+    return f"{(end - start).total_seconds():.1f}s"
+
+
+def runs_table_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """``runs``: start time, duration, status and the action counts in one fixed column order."""
+    head = f"{'started (UTC)':19} {'duration':>8} {'status':8} " + " ".join(f"{c:>9}" for c in RUN_COLUMNS)
+    lines = [head + "  source / run"]
+    for r in runs:
+        start = _time(r.get("started_at"))
+        when = start.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S") if start else "-"
+        counts = r.get("counts") or {}
+        status = str(r.get("status") or "") + ("*" if counts.get("dry_run") else "")
+        cells = " ".join(f"{v:>9}" for v in _action_counts(counts).values())
+        lines.append(f"{when:19} {_duration(r):>8} {status:8} {cells}  {r.get('source')} {r.get('run_id')}")
+    if any((r.get("counts") or {}).get("dry_run") for r in runs):
+        lines.append("* dry run: the counts are what it would have done")
+    return "\n".join(lines)
+
+
+def score_text(hit: Mapping[str, Any]) -> str:
+    """A hit's score with the precision it needs (an RRF score is ~1/60: ``.3f`` printed 0.000),
+    and both ranks of a hybrid hit when the search reports them."""
+    score = float(hit.get("score") or 0.0)
+    text = f"{score:.4g}"
+    ranks = [f"{k.removesuffix('_rank')} #{hit[k]}" for k in ("bm25_rank", "vector_rank") if hit.get(k) is not None]
+    return text + (f" ({', '.join(ranks)})" if ranks else "")
