@@ -109,6 +109,9 @@ class DiscoveryRequest:
     # (bytes) -> staged file: where a partition's discovery spills a list too long to hold in
     # memory (its hand-offs, ``include/staging/handoffs.py``); None outside a partitioned discovery
     spill: Callable[[bytes], StagedFile] | None = None
+    # (running counts: pages, fetched, bytes) -> None: where a long discovery says how far it got
+    # (a terminal's progress line); None when nobody is watching
+    progress: Callable[[Mapping[str, int]], None] | None = None
 
 
 @dataclass(slots=True)

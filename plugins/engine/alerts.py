@@ -122,6 +122,9 @@ def build_failure_summary(
         "failed_stage": failed_stage or "unknown",
         "reason": reason,
         "counts": counts,
+        # the run's judged reasons (connect, robots_unreachable, http_404, parse:<code>) and why
+        "reasons": dict(counts.get("reasons") or {}),
+        "why": counts.get("outcome_note") or None,
         "errors": errors[:_MAX_ERRORS],
         "error_count": len(errors),
         "run_url": f"{base}/dags/{quote(dag_id)}/runs/{quote(run_id, safe='')}",
@@ -141,7 +144,10 @@ def slack_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
     A failed run and a run that succeeded with too many failed or newly quarantined items share
     the layout; only the title, the second field and the quarantine section differ.
     """
-    counts = " ".join(f"{k}={v}" for k, v in summary["counts"].items()) or "none recorded"
+    counts = _counts_text(summary["counts"])
+    reasons = ", ".join(f"{k} {v}" for k, v in (summary.get("reasons") or {}).items())
+    if summary.get("why"):
+        reasons = f"{reasons} ({summary['why']})" if reasons else str(summary["why"])
     title = _title(summary)
     errors = "\n".join(f"• {e[:300]}" for e in summary["errors"]) or "(no error text recorded)"
     more = summary["error_count"] - len(summary["errors"])
@@ -152,6 +158,7 @@ def slack_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
     quarantined = _quarantine_text(summary.get("quarantined") or [], summary.get("quarantine_count", 0))
     text = (
         f"{title}\nrun {summary['run_id']} ({summary['dag_id']})\ncounts: {counts}\n"
+        f"{'reasons: ' + reasons + chr(10) if reasons else ''}"
         f"errors:\n{errors}\n{quarantined + chr(10) if quarantined else ''}"
         f"<{summary['run_url']}|Airflow run> · <{summary['audit_url']}|item lineage>"
     )
@@ -168,6 +175,8 @@ def slack_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
         },
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*First errors*\n{errors}"[:3000]}},
     ]
+    if reasons:
+        blocks.insert(2, {"type": "section", "text": {"type": "mrkdwn", "text": f"*Reasons*\n{reasons}"[:3000]}})
     if quarantined:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": quarantined[:3000]}})
     blocks.append(
@@ -177,6 +186,15 @@ def slack_payload(summary: Mapping[str, Any]) -> dict[str, Any]:
         }
     )
     return {"text": text, "blocks": blocks}
+
+
+# what the message counts, in this order (the run record's other counts stay on the run page)
+_COUNT_FIELDS = ("new", "changed", "unchanged", "deleted", "failed", "skipped", "deferred", "chunks_written")
+
+
+def _counts_text(counts: Mapping[str, Any]) -> str:
+    shown = [f"{k}={counts[k]}" for k in _COUNT_FIELDS if counts.get(k)]
+    return " ".join(shown) or ("nothing done" if counts else "none recorded")
 
 
 def _quarantine_text(keys: list[str], total: int) -> str:

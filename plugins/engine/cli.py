@@ -37,9 +37,10 @@ from include.settings import get_settings
 from include.stores import StateStore, open_state_store
 from plugins.connectors.base import validate_source_options
 from plugins.engine import RunContext, get_source, run_pipeline
-from plugins.engine.cli_format import runs_table_text, score_text, sync_summary_text
+from plugins.engine.cli_format import run_report_text, runs_table_text, score_text, sync_summary_text
 from plugins.engine.discover import open_connector
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
+from plugins.engine.progress import terminal_progress
 from plugins.engine.reaper import DagRunState, reap_stale_runs
 from plugins.engine.search import SearchError, VectorSearchUnavailable, run_search
 
@@ -88,7 +89,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if source is None:
         return 2
     started = time.monotonic()
-    summary = run_pipeline(source, params)
+    # a live line on a terminal's stderr; none with --json or when stderr is a pipe or a file
+    summary = run_pipeline(source, params, progress=terminal_progress(sys.stderr, enabled=not args.json))
     summary.status = str(summary.counts.get("outcome") or summary.status)  # the run's judged outcome
     _emit(
         summary,
@@ -178,21 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = _query(lambda store: run_report(store, args.run_id, args.action, args.source))
     if report is None:
         return _missing(f"run {args.run_id}")
-    run = report["run"]
-    text = [
-        f"run {run['run_id']} of {run['source']}: {run['status']} "
-        f"(index {run['index_backend']}/{run['index_name']}, {run['run_type'] or '?'})",
-        json.dumps(run["counts"], indent=2),
-        "actions: " + " ".join(f"{a}={n}" for a, n in report["actions"].items() if n),
-    ]
-    if run.get("error"):
-        text.append(f"error: {run['error']}")
-    for i in report["items"]:
-        version = (i["version_after"] or i["version_before"] or {}).get("modified_time") or ""
-        extra = f"  ERROR {i['error']}" if i["error"] else ""
-        extra += f"  WARN {warnings_text(i['warnings'])}" if i["warnings"] else ""
-        text.append(f"  {i['action']:9} {i['item_key']}  {version}  {i['reason'] or ''}{extra}")
-    _emit(report, args.json, "\n".join(text))
+    _emit(report, args.json, run_report_text(report))
     return 0
 
 

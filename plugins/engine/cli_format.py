@@ -7,7 +7,9 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["RUN_COLUMNS", "runs_table_text", "score_text", "sync_summary_text"]
+from plugins.engine.lineage import warnings_text
+
+__all__ = ["RUN_COLUMNS", "run_report_text", "runs_table_text", "score_text", "sync_summary_text"]
 
 # one column order for every row of ``runs`` (a dry run shows what it would do in the same columns)
 RUN_COLUMNS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
@@ -20,27 +22,81 @@ def _action_counts(counts: Mapping[str, Any]) -> dict[str, int]:
     return {c: int(counts.get(c) or 0) for c in RUN_COLUMNS}
 
 
-def sync_summary_text(run_id: str, source: str, counts: Mapping[str, Any], seconds: float) -> str:
-    """A few lines: outcome, counts, reasons, duration, what to look at next."""
-    outcome = str(counts.get("outcome") or "success")
-    dry = " (dry run: nothing written; counts say what a real run would do)" if counts.get("dry_run") else ""
+def _count_lines(counts: Mapping[str, Any]) -> list[str]:
+    """The lines a sync's summary and a run's report share: actions, chunks, reasons, why."""
     actions = _action_counts(counts)
-    lines = [
-        f"{source}: {outcome}{dry} in {seconds:.1f} s — run {run_id}",
-        "  " + "  ".join(f"{k} {v}" for k, v in actions.items()),
-    ]
+    lines = ["  " + "  ".join(f"{k} {v}" for k, v in actions.items())]
     if counts.get("unchanged_forced"):
         lines[-1] += f"  (unchanged (forced) {counts['unchanged_forced']})"
     if not counts.get("dry_run"):
         lines.append(
             f"  chunks written {counts.get('chunks_written', 0)}, bytes fetched {counts.get('bytes_fetched', 0)}"
         )
+    if counts.get("deferred"):
+        lines.append(f"  deferred {counts['deferred']} items past max_items: the next run takes them")
     reasons = counts.get("reasons") or {}
     if reasons:
         lines.append("  reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
     if counts.get("outcome_note"):
         lines.append(f"  why: {counts['outcome_note']}")
-    lines.append(f"  next: run {run_id} --source {source}" + (" --action failed" if actions["failed"] else ""))
+    return lines
+
+
+def _dry_note(counts: Mapping[str, Any]) -> str:
+    return " (dry run: nothing written; counts say what a real run would do)" if counts.get("dry_run") else ""
+
+
+def sync_summary_text(run_id: str, source: str, counts: Mapping[str, Any], seconds: float) -> str:
+    """A few lines: outcome, counts, reasons, duration, what to look at next."""
+    outcome = str(counts.get("outcome") or "success")
+    lines = [f"{source}: {outcome}{_dry_note(counts)} in {seconds:.1f} s — run {run_id}", *_count_lines(counts)]
+    failed = _action_counts(counts)["failed"]
+    lines.append(f"  next: run {run_id} --source {source}" + (" --action failed" if failed else ""))
+    return "\n".join(lines)
+
+
+# counts of a run's report beyond the summary's, in this order, as "name value" (0s left out)
+_DETAIL_COUNTS = (
+    "fetched",
+    "parsed",
+    "chunked",
+    "batches",
+    "chunks_unchanged",
+    "chunks_deleted",
+    "chunks_embedded",
+    "chunks_vector_reused",
+    "chunks_truncated",
+    "missing_not_deleted",
+    "staging_bytes",
+)
+
+
+def run_report_text(report: Mapping[str, Any]) -> str:
+    """``run RUN_ID``: what the run was, its outcome and counts in words, then its items."""
+    run, counts = report["run"], report["run"].get("counts") or {}
+    start = _time(run.get("started_at"))
+    when = start.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if start else "not started"
+    lines = [
+        f"run {run['run_id']} of {run['source']}: {run['status']}{_dry_note(counts)}",
+        f"  {run['run_type'] or '?'} run, started {when}, took {_duration(run)}, "
+        f"index {run['index_backend']}/{run['index_name']}",
+    ]
+    if run.get("window_start") or run.get("window_end"):
+        lines.append(f"  window {run.get('window_start') or '…'} → {run.get('window_end') or '…'} (a backfill)")
+    lines += _count_lines(counts)
+    details = [f"{k.replace('_', ' ')} {counts[k]}" for k in _DETAIL_COUNTS if counts.get(k)]
+    if counts.get("listing_complete") is False:
+        details.append("listing incomplete: nothing deleted")
+    if details:
+        lines.append("  " + ", ".join(details))
+    if run.get("error"):
+        lines.append(f"  error: {run['error']}")
+    for item in report["items"]:
+        version = (item["version_after"] or item["version_before"] or {}).get("modified_time") or ""
+        extra = f"  ERROR {item['error']}" if item["error"] else ""
+        extra += f"  WARN {warnings_text(item['warnings'])}" if item["warnings"] else ""
+        cells = [item["item_key"], version, item["reason"] or "", extra.strip()]
+        lines.append(f"  {item['action']:9} " + "  ".join(c for c in cells if c))
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from include.settings import get_settings
 from include.staging import StagingArea
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
+from plugins.engine.progress import Progress
 
 __all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source", "is_closed"]
 
@@ -91,6 +92,8 @@ class RunContext:
     params: RunParams = field(default_factory=RunParams)
     dag_id: str | None = None
     run_type: str | None = None
+    # where the steps report how far they got (a terminal's progress line); None in Airflow
+    progress: Progress | None = field(default=None, repr=False, compare=False)
 
     @property
     def staging(self) -> StagingArea:

@@ -7,7 +7,7 @@ re-run of this task only rewrites its own files.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from include.config import SourceConfig
@@ -143,8 +143,17 @@ def ask_connector(
             stored=frozenset(key for key, st in states.items() if st.indexed),
             partition=partition,
             spill=spill,
+            progress=_crawl_progress(ctx, partition),
         )
         return Asked(connector.discover(request), request, forced)
+
+
+def _crawl_progress(ctx: RunContext, partition: str | None) -> Callable[[Mapping[str, int]], None] | None:
+    """The connector's discovery counts to the run's progress line (per partition crawled)."""
+    progress = ctx.progress
+    if progress is None:
+        return None
+    return lambda stats: progress.crawled(stats, partition)
 
 
 def _guard_mass_delete(ctx: RunContext, store: StateStore, deletions: int, states: dict[str, ItemState]) -> None:

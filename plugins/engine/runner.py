@@ -27,6 +27,7 @@ from plugins.engine.embed import EmbedderFactory
 from plugins.engine.manifests import next_manifest_path
 from plugins.engine.overlap import parse_chunk_pool, parse_then_chunk, pool_workers
 from plugins.engine.partitions import discover_run
+from plugins.engine.progress import Progress
 from plugins.engine.steps import (
     CommitStep,
     ConnectorOpener,
@@ -56,11 +57,13 @@ def run_pipeline(
     run_id: str | None = None,
     store: StateStore | None = None,
     embedder_factory: EmbedderFactory | None = None,
+    progress: Progress | None = None,
 ) -> RunSummary:
     """Sync ``source`` once, in-process. Raises what the Airflow tasks would raise.
 
     ``embedder_factory`` replaces the source's embedder (a benchmark's counting wrapper); the
-    embedding step runs only when the source has embedding enabled.
+    embedding step runs only when the source has embedding enabled. ``progress`` hears each
+    step's end and the crawl's counts (the CLI's line on a terminal); it is closed at the end.
     """
     run_params = params if isinstance(params, RunParams) else RunParams.from_mapping(params)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -69,6 +72,7 @@ def run_pipeline(
         run_id=run_id or f"inline__{stamp}_{uuid.uuid4().hex[:6]}",
         params=run_params,
         run_type="inline",
+        progress=progress,
     )
     own_store = store is None
     store = store or open_state_store()
@@ -82,6 +86,8 @@ def run_pipeline(
         abort_run(ctx, store, f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        if progress is not None:
+            progress.close()
         if own_store:
             store.close()
 

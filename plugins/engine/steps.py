@@ -255,6 +255,8 @@ class Step(ABC, Generic[R]):
         self.elapsed_ms = round((time.perf_counter() - start) * 1000, 2)
         log.info("%s: %s took %.1f ms", self._who(), self.stage, self.elapsed_ms)
         self.result = result
+        if self.ctx.progress is not None:
+            self.ctx.progress.step_done(self.stage, result.counts())
         failpoint(self.stage)  # the stage's output is written: a crash test may die here
         return result
 

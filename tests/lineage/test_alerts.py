@@ -130,6 +130,17 @@ def test_webhook_url_shapes(monkeypatch) -> None:
     assert "and 4 more" in payload["text"] and "new=2" in payload["text"]
     assert [b["type"] for b in payload["blocks"]] == ["header", "section", "section", "context"]
 
+    # a run that reached nothing: its reasons are in the message, its counts without the noise
+    summary |= {
+        "counts": {"new": 0, "source_stats": {"pages": 0}, "reasons": {"connect": 1}},
+        "reasons": {"connect": 1, "robots_unreachable": 1},
+        "why": "nothing was reached",
+    }
+    payload = slack_payload(summary)
+    assert "reasons: connect 1, robots_unreachable 1 (nothing was reached)" in payload["text"]
+    assert "counts: nothing done" in payload["text"] and "source_stats" not in payload["text"]
+    assert payload["blocks"][2]["text"]["text"].startswith("*Reasons*\nconnect 1")
+
 
 # --------------------------------------------------------------- runs that succeed, but not quite
 
@@ -185,7 +196,9 @@ def test_success_with_many_failed_items_alerts_from_the_summary_task(
     assert header.startswith(":large_orange_circle:") and "files:partial" in header
     fields = {f["text"].split("\n")[0]: f["text"].split("\n", 1)[1] for f in body["blocks"][1]["fields"]}
     assert fields["*Source*"] == "files:partial" and "3 of 6 attempted" in fields["*Outcome*"]
-    assert [b["type"] for b in body["blocks"]] == ["header", "section", "section", "context"]
+    # the reasons the run counted get a section of their own, above the first errors
+    assert [b["type"] for b in body["blocks"]] == ["header", "section", "section", "section", "context"]
+    assert body["blocks"][2]["text"]["text"].startswith("*Reasons*\nparse:")
 
 
 def test_thresholds_are_per_source_options(tributary_home: Path, tmp_path: Path, receiver, monkeypatch) -> None:
@@ -217,7 +230,14 @@ def test_newly_quarantined_items_alert_once(tributary_home: Path, tmp_path: Path
     text = alert["body"]["text"]
     assert "succeeded with 1 newly quarantined item" in text
     assert "Newly quarantined* (1," in text and "broken00.pdf: parse:" in text
-    assert [b["type"] for b in alert["body"]["blocks"]] == ["header", "section", "section", "section", "context"]
+    assert [b["type"] for b in alert["body"]["blocks"]] == [
+        "header",
+        "section",
+        "section",  # reasons
+        "section",
+        "section",
+        "context",
+    ]
     third = run_pipeline(src)  # quarantined now: skipped, and no second alert about it
     assert third.counts["failed"] == 0 and third.counts["skipped"] == 1
     assert len(received) == 1

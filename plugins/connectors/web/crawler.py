@@ -163,6 +163,7 @@ class Crawler:
         render: RenderStep | None = None,
         spill: Spill | None = None,
         window: ModifiedWindow | None = None,
+        progress: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         """``whole``: the source's scope when this crawl is one partition of it (``options``
         then hold that partition's seeds): links and redirects into the rest of it are handed
@@ -171,6 +172,7 @@ class Crawler:
         self.whole = whole
         self.window = window or ModifiedWindow()  # a backfill's [start, end), judged by Last-Modified
         self.render = render  # None: render off, pages staged as fetched
+        self.progress = progress  # running counts for a watching terminal (None: nobody watches)
         self.handoffs = HandoffSpool(spill)
         self.fetcher = fetcher
         self.cache = cache
@@ -376,6 +378,9 @@ class Crawler:
             )
             self._keep_alive(final)
         self._completed += 1  # counted on completion: workers finish out of order
+        if self.progress is not None:
+            c = self.counts
+            self.progress({"pages": self._completed, "fetched": c["fetched"], "bytes": c["bytes"]})
         if self._completed % self.o.log_every == 0:
             log.info("crawl progress: %s", self._summary_line())
 
