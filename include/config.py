@@ -205,6 +205,28 @@ class IndexConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class AclRule(BaseModel):
+    """Who may read the items whose key (a URL, a path) matches ``match`` (an fnmatch glob)."""
+
+    model_config = ConfigDict(extra="forbid")
+    match: str
+    public: bool = False
+    users: list[str] = Field(default_factory=list)  # e-mail addresses
+    groups: list[str] = Field(default_factory=list)  # names of the principals file's static groups
+
+
+class AclConfig(BaseModel):
+    """A source entry's declared permissions (web and local files, whose servers say none):
+    ``public``, or named ``users`` (e-mail) and ``groups``; ``rules`` override it per item key,
+    the first matching rule winning. A source without an ``acl`` block is public (README)."""
+
+    model_config = ConfigDict(extra="forbid")
+    public: bool = False
+    users: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    rules: list[AclRule] = Field(default_factory=list)
+
+
 class SourceConfig(BaseModel):
     # hide_input_in_errors: a validation error must not echo a refused credential back into a log
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
@@ -229,6 +251,10 @@ class SourceConfig(BaseModel):
     retain_raw: bool | None = None
     tags: list[str] = Field(default_factory=list)
     description: str | None = None
+    # declared permissions (web, files); connectors that read permissions from their source ignore it
+    acl: AclConfig | None = None
+    # how often the permissions DAG re-reads permissions and group memberships (minutes)
+    permission_sync_minutes: int = Field(default=30, ge=1, le=7 * 24 * 60)
 
     @model_validator(mode="after")
     def _no_credentials(self) -> SourceConfig:

@@ -37,24 +37,27 @@ from __future__ import annotations
 import abc
 import difflib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from include.acl import AccessControl, declared_access
 from include.config import EngineOptions, SourceConfig
 from include.contract import Change, RawDocument, VersionEvidence
 from include.loading import load_class
 from include.staging import StagedFile
 
 __all__ = [
+    "AccessRequest",
     "Connector",
     "ConnectorContext",
     "Discovery",
     "DiscoveryRequest",
     "FetchError",
+    "GroupListing",
     "PartitionedOptions",
     "get_connector_class",
     "options_model",
@@ -126,6 +129,28 @@ class Discovery:
     renames: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class AccessRequest:
+    """One item whose permissions the engine asks for: its key, URL and the metadata its
+    discovery gave (a content sync); a permission sync knows the stored key and URL only."""
+
+    item_key: str
+    url: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class GroupListing:
+    """Every group of a source and its members, flattened (nested departments resolved):
+    group entry -> user entries (``include.acl``). ``complete`` False (a page failed): the
+    engine keeps the stored memberships of the groups it did not get in full."""
+
+    members: dict[str, frozenset[str]] = field(default_factory=dict)
+    complete: bool = True
+    errors: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+
+
 _CONNECTORS: dict[str, type[Connector]] = {}
 
 
@@ -165,6 +190,18 @@ class Connector(abc.ABC):
             except Exception as exc:  # a connector bug on one item must not lose the batch
                 failures.append((change.item_key, FetchError(f"{type(exc).__name__}: {exc}")))
         return docs, failures
+
+    def read_access(self, items: Sequence[AccessRequest]) -> dict[str, AccessControl]:
+        """Each item's permissions, by item key; an item missing from the answer is unknown
+        (private). Default: the source entry's declared ``acl`` block (public without one).
+        Connectors of sources that hold permissions (Feishu, Yuque) read them from the source,
+        fail-closed: what cannot be read is ``AccessControl.unknown(reason)``, never public."""
+        return {item.item_key: declared_access(self.source.acl, item.item_key) for item in items}
+
+    def group_memberships(self) -> GroupListing | None:
+        """The source's groups and their members, for searches to expand; None: the source
+        has no groups of its own (a web site; the principals file's static groups serve it)."""
+        return None
 
     def partitions(self) -> list[str]:
         """Disjoint parts of the source the engine may discover in parallel (``[]``: one
