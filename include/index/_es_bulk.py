@@ -14,6 +14,10 @@ Vectors ride in the chunk's index op (``embedding``, ``embedding_model``). A kep
 text and place) is not re-sent: when only its ``sequence`` moved, or its vector is missing or
 of another model, a partial ``update`` carries just that (``update_op``); a chunk whose write
 has no vector loses its stored one by a script update. Both count as unchanged, not written.
+
+Access: every chunk carries its document's entries (``acl``, keyword) and ``public`` (boolean);
+a kept chunk whose stored entries differ from the write's gets them in its partial update (a
+re-upsert with other entries updates them even when no chunk text changed).
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from elasticsearch import Elasticsearch
 from elasticsearch.helpers import streaming_bulk
 
 from include.contract import Chunk
+from include.index._es_acl import access_fields, stored_access, with_access
 from include.index._es_mapping import LEGACY_TEXT_HASH_FIELD, VECTOR_FIELD
 from include.index._es_vectors import kept_update, vector_json
 from include.index._vector_checks import VectorWriteError, document_vectors
-from include.index.base import DocumentRecord, DocumentWrite
+from include.index.base import DocumentRecord, DocumentWrite, normalize_entries
 
 __all__ = [
     "STAMP_FIELDS",
@@ -51,6 +56,7 @@ __all__ = [
     "plan_writes",
     "run_bulk",
     "source_to_record",
+    "stored_access",
     "stored_stamp",
     "stored_state",
     "update_op",
@@ -125,6 +131,7 @@ def build_chunk_source(
         "positions": [p.to_dict() for p in chunk.positions],
         "metadata": _flattenable(meta),
         "updated_at": updated_at,
+        **access_fields(doc.access),
     }
     # MemoryBear: "image" for picture chunks, absent otherwise; tables keep their kind visible.
     if chunk.kind != "text":
@@ -193,6 +200,7 @@ def source_to_record(chunk_id: str, src: Mapping[str, Any]) -> dict[str, Any]:
     out.setdefault("heading_path", [])
     out.setdefault("positions", [])
     out.setdefault("metadata", {})
+    out["access"] = list(stored_access(src) or ())
     return out
 
 
@@ -304,6 +312,7 @@ def plan_writes(
     states: Mapping[str, tuple[int | None, str | None]] | None = None,
     index_dims: int | None = None,
     updated_at: str,
+    acls: Mapping[str, tuple[str, ...] | None] | None = None,
 ) -> WritePlan:
     """Decide, per document, which chunks to (re)write, update or delete.
 
@@ -313,7 +322,8 @@ def plan_writes(
     the state store's ``stale_chunk_ids``: ids left behind by an earlier failed run go too).
     ``states`` (chunk id -> :func:`stored_state`) lets a kept chunk get a partial update of its
     sequence and vector; ``index_dims`` is the vector size the target maps (a write with vectors
-    of another size fails, as does one whose vectors are incomplete or not finite).
+    of another size fails, as does one whose vectors are incomplete or not finite). ``acls``
+    (chunk id -> :func:`stored_access`) lets a kept chunk get its document's new entries.
     """
     existing_ids = existing_ids or {}
     plans: list[DocPlan] = []
@@ -335,6 +345,8 @@ def plan_writes(
                 plan.unchanged += 1
                 stored = (states or {}).get(chunk.chunk_id)
                 update = kept_update(chunk.sequence, stored, model, vector) if stored is not None else None
+                if acls is not None and acls.get(chunk.chunk_id) != normalize_entries(doc.access):
+                    update = with_access(update, access_fields(doc.access))
                 if update is not None:
                     plan.index_ops.append(update_op(index, doc.doc_id, chunk.chunk_id, update))
                 continue

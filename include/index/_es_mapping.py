@@ -97,6 +97,10 @@ _PROPERTIES: dict[str, dict[str, Any]] = {
     "metadata": {"type": "flattened", "ignore_above": 1024},
     "updated_at": {"type": "date", "format": "strict_date_optional_time||epoch_millis"},
     "embedding_model": _KEYWORD,  # the model of the chunk's vector (absent: no vector)
+    # ---- access (include.acl): the document's entries, and whether ``public`` is one of them;
+    # searches filter on both (``_es_access.access_query``); absent: an unrestricted search only
+    "acl": _KEYWORD,
+    "public": {"type": "boolean"},
 }
 
 VECTOR_FIELD = "embedding"

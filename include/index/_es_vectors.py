@@ -77,15 +77,20 @@ def num_candidates(k: int) -> int:
     return min(MAX_NUM_CANDIDATES, max(100, 2 * k))
 
 
-def knn_clause(query: npt.NDArray[np.float32], k: int, source: str | None) -> dict[str, Any]:
+def knn_clause(
+    query: npt.NDArray[np.float32], k: int, source: str | None, restrict: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The kNN option; ``restrict`` (the access filter) joins the source term in its ``filter``,
+    which kNN applies during the graph search (``k`` hits that pass it, not a post-filter)."""
     clause: dict[str, Any] = {
         "field": VECTOR_FIELD,
         "query_vector": np.asarray(query, dtype=np.float32).tolist(),
         "k": min(k, MAX_NUM_CANDIDATES),
         "num_candidates": num_candidates(k),
     }
-    if source:
-        clause["filter"] = [{"term": {"source": source}}]
+    filters = ([{"term": {"source": source}}] if source else []) + ([restrict] if restrict else [])
+    if filters:
+        clause["filter"] = filters
     return clause
 
 

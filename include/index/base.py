@@ -15,19 +15,28 @@ default): past it the backend stops the query (SQLite: a progress handler; Elast
 search's ``timeout`` and the request's) and raises :class:`SearchTimeout`. A query is searched by
 at most ``MAX_QUERY_TERMS`` distinct terms (:mod:`include.index.query_text`). Write failures are reported per document in the result, never
 raised for the whole batch, so the engine can commit state for the documents that landed.
+
+Access (:mod:`include.acl`): every document is stored with its entries (``DocumentRecord.access``,
+replaced on each upsert and by ``set_access`` without touching a chunk). ``search(access=...)``
+returns only chunks of documents holding at least one of the given entries (a principal's
+``entries()``); ``None`` is an unrestricted search. The filter is applied inside each ranking
+(FTS query and KNN candidates), so ``k`` permitted hits come back whenever that many exist. A
+document stored without entries (``()``, or written before entries were stored) is seen by an
+unrestricted search only: fail-closed.
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
 
+from include.acl import PUBLIC
 from include.config import IndexConfig
 from include.contract import Chunk
 from include.index.fusion import DEFAULT_VECTOR_WEIGHT, fuse_hybrid, hybrid_depth
@@ -47,8 +56,10 @@ __all__ = [
     "SearchMode",
     "SearchTimeout",
     "UpsertResult",
+    "check_access",
     "check_search_mode",
     "check_time_limit",
+    "normalize_entries",
 ]
 
 DEFAULT_SEARCH_TIME_LIMIT = 10.0  # seconds; an index option (``search_time_limit``) changes it
@@ -95,6 +106,8 @@ class DocumentRecord:
     content_hash: str | None = None  # the document's (contract.content_hash); stored as doc_content_hash
     run_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # who may read it: ``AccessControl.entries()``; ``()`` = an unrestricted search only
+    access: tuple[str, ...] = (PUBLIC,)
 
 
 @dataclass(slots=True)
@@ -165,6 +178,7 @@ class IndexBackend(abc.ABC):
         mode: SearchMode = "bm25",
         query_vector: npt.NDArray[np.float32] | None = None,
         time_limit: float | None = None,
+        access: Collection[str] | None = None,
     ) -> list[SearchHit]:
         """Best-first hits: ``bm25`` (full text), ``vector`` (cosine similarity to ``query_vector``,
         the query embedded with the model the chunks were embedded with) or ``hybrid`` (both,
@@ -175,31 +189,58 @@ class IndexBackend(abc.ABC):
         ``hybrid`` the BM25 order (with RRF scores). A query vector of another size than the
         index's vectors is a ValueError. The whole search (both rankings of a hybrid one) ends
         within ``time_limit`` seconds (default ``search_time_limit``) or raises :class:`SearchTimeout`.
+
+        ``access``: the searcher's entries (a principal's ``entries()``); only chunks of documents
+        holding one of them are ranked. ``None``: unrestricted (admin and internal callers). An
+        empty collection matches nothing.
         """
         check_search_mode(mode, query_vector)
         deadline = SearchDeadline.within(check_time_limit(time_limit or self.search_time_limit))
+        entries = check_access(access)
+        if entries == ():
+            return []  # no entry can match: nothing is visible
         if mode == "bm25":
-            return self._bm25(query, k, source, deadline)
+            return self._bm25(query, k, source, deadline, entries)
         assert query_vector is not None  # check_search_mode refused a vector search without one
         if mode == "vector":
-            return self._nearest(query_vector, k, source, deadline)
+            return self._nearest(query_vector, k, source, deadline, entries)
         # both backends fuse here: Elasticsearch's rrf retriever would fuse server-side, but needs a paid licence
         depth = hybrid_depth(k)
-        bm25 = self._bm25(query, depth, source, deadline)
-        vector = self._nearest(query_vector, depth, source, deadline)
+        bm25 = self._bm25(query, depth, source, deadline, entries)
+        vector = self._nearest(query_vector, depth, source, deadline, entries)
         return fuse_hybrid(bm25, vector, k, self.hybrid_vector_weight)
 
     @abc.abstractmethod
-    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
-        """The best ``k`` full-text hits (BM25 over any of the query's terms), by ``deadline``
-        or :class:`SearchTimeout`."""
+    def _bm25(
+        self, query: str, k: int, source: str | None, deadline: SearchDeadline, access: tuple[str, ...] | None = None
+    ) -> list[SearchHit]:
+        """The best ``k`` full-text hits (BM25 over any of the query's terms) among documents
+        holding an entry of ``access`` (None: all), by ``deadline`` or :class:`SearchTimeout`."""
 
     @abc.abstractmethod
     def _nearest(
-        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+        self,
+        query_vector: npt.NDArray[np.float32],
+        k: int,
+        source: str | None,
+        deadline: SearchDeadline,
+        access: tuple[str, ...] | None = None,
     ) -> list[SearchHit]:
         """The ``k`` chunks whose vectors are nearest ``query_vector`` (cosine similarity as
-        score), by ``deadline`` or :class:`SearchTimeout`."""
+        score) among documents holding an entry of ``access`` (None: all), by ``deadline`` or
+        :class:`SearchTimeout`."""
+
+    @abc.abstractmethod
+    def set_access(self, source: str, access: Mapping[str, Sequence[str]]) -> int:
+        """Replace the entries of these documents (doc id -> entries) without rewriting any chunk
+        text or vector; returns how many documents' stored entries changed (a document already
+        holding exactly these entries costs no write, a doc id with no chunk of ``source`` in the
+        index is skipped). A failure raises (SQLite: nothing applied, one transaction)."""
+
+    @abc.abstractmethod
+    def access_of(self, source: str, doc_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """The stored entries of these documents (sorted; ``()``: none), for those the index holds
+        chunks of ``source`` for."""
 
     @abc.abstractmethod
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
@@ -238,6 +279,23 @@ def check_search_mode(mode: str, query_vector: object) -> None:
         raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(SEARCH_MODES)})")
     if mode != "bm25" and query_vector is None:
         raise ValueError(f"search mode {mode!r} needs query_vector (the query embedded with the chunks' model)")
+
+
+def normalize_entries(entries: Iterable[str]) -> tuple[str, ...]:
+    """Entries as stored: distinct, sorted, every one a non-empty string."""
+    if isinstance(entries, str):  # a lone entry would otherwise become its characters
+        raise TypeError(f"access entries must be a collection of strings, not the string {entries!r}")
+    out = set()
+    for entry in entries:
+        if not isinstance(entry, str) or not entry:
+            raise ValueError(f"an access entry must be a non-empty string, not {entry!r}")
+        out.add(entry)
+    return tuple(sorted(out))
+
+
+def check_access(access: Collection[str] | None) -> tuple[str, ...] | None:
+    """A search's ``access`` argument: None (unrestricted) or its entries, normalised."""
+    return None if access is None else normalize_entries(access)
 
 
 def check_time_limit(value: object) -> float:

@@ -28,6 +28,9 @@ Other ``options``: ``refresh`` (``wait_for`` default, ``true``, ``false``), ``sh
 ``replicas``, ``bulk_max_count``, ``bulk_max_bytes``, ``max_attempts``, ``initial_backoff``,
 ``max_backoff``, ``request_timeout``, ``search_time_limit`` (seconds).
 
+Access (``_es_access``): chunks carry ``acl`` and ``public``; a restricted search filters on
+them in the bool query and inside kNN; ``set_access`` updates them by id, no chunk rewritten.
+
 Searches: the query text keeps its first ``MAX_QUERY_TERMS`` distinct terms
 (:mod:`include.index.query_text`); every search request carries the search's ``timeout`` (ES
 stops collecting at it and says ``timed_out``) and a client request timeout of the time left, and
@@ -48,6 +51,8 @@ import numpy.typing as npt
 from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch, NotFoundError
 
 from include.config import IndexConfig
+from include.index._es_access import EsAccess
+from include.index._es_acl import ACCESS_FIELDS, access_query, stored_access
 from include.index._es_bulk import (
     STAMP_FIELDS,
     STATE_FIELDS,
@@ -61,15 +66,14 @@ from include.index._es_bulk import (
 from include.index._es_client import bulk_client, client_from_options, request_retrying
 from include.index._es_generations import Generations
 from include.index._es_mapping import (
-    LEGACY_TEXT_HASH_FIELD,
     MAX_VECTOR_DIMS,
-    SEARCH_FIELDS,
     VECTOR_FIELD,
     index_mappings,
     physical_index_name,
     validate_alias,
     vector_properties,
 )
+from include.index._es_search import bm25_query, search_hit
 from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
 from include.index._vector_checks import query_array
 from include.index.base import (
@@ -85,7 +89,6 @@ from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
     check_vector_weight,
 )
-from include.index.query_text import search_terms
 
 __all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
 
@@ -99,26 +102,10 @@ _MGET_SLICE = 1000
 _PAGE = 5000
 _CACHE_BATCH = 500  # text hashes per vector cache lookup
 # never returned by a search or get_chunk: analysed copies, position projections, the vector
-_HIT_EXCLUDES = ["title_tks", "title_sm_tks", "position_int", "page_num_int", "top_int", VECTOR_FIELD]
+_HIT_EXCLUDES = ["title_tks", "title_sm_tks", "position_int", "page_num_int", "top_int", "acl", VECTOR_FIELD]
 
 
-def bm25_query(query: str, source: str | None) -> dict[str, Any]:
-    """The BM25 search body: a ``multi_match`` of any of the query's terms (``operator: or``,
-    ranked retrieval as the SQLite backend does), over the ``standard`` fields and the ``cjk``
-    ones, whose analyzer queries Chinese as overlapping bigrams; ``source`` filters, unscored.
-    A query of more than ``MAX_QUERY_TERMS`` distinct terms is sent as its first ones."""
-    terms = search_terms(query)
-    if terms.dropped:
-        query = " ".join(terms.kept)
-    body: dict[str, Any] = {
-        "bool": {"must": [{"multi_match": {"query": query, "fields": SEARCH_FIELDS, "operator": "or"}}]}
-    }
-    if source:
-        body["bool"]["filter"] = [{"term": {"source": source}}]
-    return body
-
-
-class ElasticsearchIndex(Generations, IndexBackend):
+class ElasticsearchIndex(Generations, EsAccess, IndexBackend):
     backend_name = "elasticsearch"
 
     def __init__(
@@ -252,14 +239,21 @@ class ElasticsearchIndex(Generations, IndexBackend):
 
     def _upsert_into(self, target: str, writes: list[DocumentWrite]) -> list[UpsertResult]:
         try:
-            stamps, states = self._existing_stamps(target, [c.chunk_id for w in writes for c in w.chunks])
+            stamps, states, acls = self._existing_stamps(target, [c.chunk_id for w in writes for c in w.chunks])
             ids = self._existing_ids(target, [w.document.doc_id for w in writes])
             dims = self._ensure_vector_mapping(target, writes)
         except Exception as exc:
             return [UpsertResult(w.document.doc_id, ok=False, error=f"elasticsearch: {exc}") for w in writes]
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         plan = plan_writes(
-            writes, index=target, existing=stamps, existing_ids=ids, states=states, index_dims=dims, updated_at=now
+            writes,
+            index=target,
+            existing=stamps,
+            existing_ids=ids,
+            states=states,
+            index_dims=dims,
+            updated_at=now,
+            acls=acls,
         )
         report = BulkReport()
         bulk = functools.partial(
@@ -294,24 +288,27 @@ class ElasticsearchIndex(Generations, IndexBackend):
 
     def _existing_stamps(
         self, index: str, chunk_ids: list[str]
-    ) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[int | None, str | None]]]:
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """Stored chunk id -> :func:`stored_stamp` (text hash, URL, title), for the skip decision,
-        and -> :func:`stored_state` (sequence, vector model), for a kept chunk's partial update."""
+        -> :func:`stored_state` (sequence, vector model) and -> :func:`stored_access` (entries),
+        for a kept chunk's partial update."""
         stamps: dict[str, tuple[Any, ...]] = {}
         states: dict[str, tuple[int | None, str | None]] = {}
+        acls: dict[str, tuple[str, ...] | None] = {}
         for i in range(0, len(chunk_ids), _MGET_SLICE):
             resp = self._call(
                 self._es.mget,
                 index=index,
                 ids=chunk_ids[i : i + _MGET_SLICE],
-                source_includes=[*STAMP_FIELDS, *STATE_FIELDS],
+                source_includes=[*STAMP_FIELDS, *STATE_FIELDS, *ACCESS_FIELDS],
             )
             for d in resp.body["docs"]:
                 if d.get("found"):
                     src = d.get("_source") or {}
                     stamps[d["_id"]] = stored_stamp(src)
                     states[d["_id"]] = stored_state(src)
-        return stamps, states
+                    acls[d["_id"]] = stored_access(src)
+        return stamps, states, acls
 
     def _ensure_vector_mapping(self, target: str, writes: Sequence[DocumentWrite]) -> int | None:
         """The target's vector size; the first write with vectors maps it when nothing has yet.
@@ -414,14 +411,21 @@ class ElasticsearchIndex(Generations, IndexBackend):
         hits: list[Mapping[str, Any]] = resp.body["hits"]["hits"]
         return hits
 
-    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
+    def _bm25(
+        self, query: str, k: int, source: str | None, deadline: SearchDeadline, access: tuple[str, ...] | None = None
+    ) -> list[SearchHit]:
         if not query.strip():
             return []
-        hits = self._timed_search(deadline, query=bm25_query(query, source), size=k)
-        return [_hit(h, float(h["_score"] or 0.0)) for h in hits]
+        hits = self._timed_search(deadline, query=bm25_query(query, source, access), size=k)
+        return [search_hit(h, float(h["_score"] or 0.0)) for h in hits]
 
     def _nearest(
-        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+        self,
+        query_vector: npt.NDArray[np.float32],
+        k: int,
+        source: str | None,
+        deadline: SearchDeadline,
+        access: tuple[str, ...] | None = None,
     ) -> list[SearchHit]:
         query = query_array(query_vector)
         dims = self._vector_dims(self.alias)
@@ -432,8 +436,9 @@ class ElasticsearchIndex(Generations, IndexBackend):
                 f"the query vector has {query.shape[0]} dimensions but the index {self.alias!r} holds "
                 f"{dims}-dimension vectors: embed the query with the model its chunks were embedded with"
             )
-        hits = self._timed_search(deadline, knn=knn_clause(query, k, source), size=k)
-        return [_hit(h, cosine_of_score(float(h["_score"] or 0.0))) for h in hits]
+        restrict = access_query(access) if access is not None else None
+        hits = self._timed_search(deadline, knn=knn_clause(query, k, source, restrict), size=k)
+        return [search_hit(h, cosine_of_score(float(h["_score"] or 0.0))) for h in hits]
 
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
         hashes = list(dict.fromkeys(text_hashes))
@@ -473,25 +478,3 @@ class ElasticsearchIndex(Generations, IndexBackend):
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
-
-
-def _hit(h: Mapping[str, Any], score: float) -> SearchHit:
-    src = h["_source"]
-    seq = src.get("sequence")
-    return SearchHit(
-        chunk_id=h["_id"],
-        doc_id=src["doc_id"],
-        source=src["source"],
-        score=score,
-        text=src.get("content_with_weight", ""),
-        title=src.get("title"),
-        url=src.get("url"),
-        heading_path=list(src.get("heading_path") or []),
-        run_id=src.get("run_id"),
-        doc_version=src.get("doc_version"),
-        # a chunk stored before the rename and not rewritten since has the old field
-        text_hash=src.get("text_hash", src.get(LEGACY_TEXT_HASH_FIELD)),
-        metadata=dict(src.get("metadata") or {}),
-        sequence=int(seq) if seq is not None else None,
-        embedding_model=src.get("embedding_model"),
-    )

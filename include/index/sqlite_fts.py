@@ -18,6 +18,8 @@ under a progress handler that stops it at the search's time limit (:class:`Searc
 
 Vectors live in the same file, in ``sqlite-vec`` tables (``include.index.sqlite_vectors``);
 ``search`` ranks by BM25, by cosine similarity to a query vector, or by both fused (RRF).
+Documents' access entries live in ``doc_access`` (``include.index.sqlite_access``), joined
+inside both rankings when a search is restricted, and not at all when it is not.
 
 Concurrency: WAL mode and a busy timeout let several Airflow task processes write in turn.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -37,6 +39,7 @@ import numpy.typing as npt
 from include.config import IndexConfig
 from include.contract import Chunk, Position
 from include.failpoints import failpoint
+from include.index import sqlite_access as acl
 from include.index.base import (
     DEFAULT_SEARCH_TIME_LIMIT,
     DocumentRecord,
@@ -51,7 +54,7 @@ from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
     check_vector_weight,
 )
-from include.index.query_text import CJK_RUN, ENGLISH_STOP_WORDS, query_terms, search_terms
+from include.index.query_text import ENGLISH_STOP_WORDS, fts_query, query_terms, segment_cjk
 from include.index.sqlite_vectors import (
     DB_ERRORS,
     StoredVector,
@@ -123,22 +126,6 @@ _PROGRESS_INSTRUCTIONS = 10_000
 _UPDATE_ASSIGNMENTS = ", ".join(f"{c.strip()}=?" for c in _INSERT_COLUMNS.split(","))
 
 
-def segment_cjk(text: str) -> str:
-    """Space out CJK characters so each is its own FTS token."""
-    # one substitution per run of CJK characters, not per character (~2.7x faster upserts)
-    return CJK_RUN.sub(lambda m: " " + " ".join(m.group()) + " ", text)
-
-
-def fts_query(query: str, *, stop_words: frozenset[str] = ENGLISH_STOP_WORDS) -> str | None:
-    """Free text as a safe FTS5 MATCH expression: its terms (:func:`~include.index.query_text.search_terms`:
-    distinct, stop words left out unless nothing else is left, at most ``MAX_QUERY_TERMS``) quoted
-    and OR'd, CJK bigrams as two-character phrases."""
-    kept = search_terms(query, stop_words=stop_words).kept
-    if not kept:
-        return None
-    return " OR ".join('"' + " ".join(segment_cjk(t).split()).replace('"', '""') + '"' for t in kept)
-
-
 class SqliteFtsIndex(IndexBackend):
     backend_name = "sqlite"
 
@@ -159,7 +146,7 @@ class SqliteFtsIndex(IndexBackend):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=60000")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + acl.ACCESS_SCHEMA)
         self._migrate()
 
     def _migrate(self) -> None:
@@ -233,6 +220,7 @@ class SqliteFtsIndex(IndexBackend):
         vectors = document_vectors(write)
         if vectors is not None and not self._vectors_loaded:
             raise VectorsUnavailable("the sqlite-vec extension is not loaded: vectors cannot be stored")
+        acl.write_entries(cur, self.index_name, doc.doc_id, doc.access)  # even if no chunk changed
         model = write.vectors.model if write.vectors is not None else None
         existing = {
             row[0]: (row[1], row[2], (row[3], row[4]), row[5], StoredVector(row[6], row[7]))
@@ -360,6 +348,7 @@ class SqliteFtsIndex(IndexBackend):
                     )
                 ]
                 total += self._delete_ids(cur, ids)
+                acl.delete_entries(cur, self.index_name, doc_id)
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
@@ -382,7 +371,9 @@ class SqliteFtsIndex(IndexBackend):
         finally:
             self._db.set_progress_handler(None, 0)
 
-    def _bm25(self, query: str, k: int, source: str | None, deadline: SearchDeadline) -> list[SearchHit]:
+    def _bm25(
+        self, query: str, k: int, source: str | None, deadline: SearchDeadline, access: tuple[str, ...] | None = None
+    ) -> list[SearchHit]:
         match = fts_query(query)
         if match is None:
             return []
@@ -397,6 +388,10 @@ class SqliteFtsIndex(IndexBackend):
         if source:
             sql += " AND c.source = ?"
             args.append(source)
+        if access is not None:  # a semi-join on the permitted documents, inside the ranking
+            term, term_args = acl.permitted_doc_ids("c.doc_id", self.index_name, access)
+            sql += f" AND {term}"
+            args.extend(term_args)
         sql += " ORDER BY score LIMIT ?"
         args.append(k)
         with self._time_limited(deadline):
@@ -407,12 +402,24 @@ class SqliteFtsIndex(IndexBackend):
         return [_hit(row, -float(row["score"])) for row in (dict(zip(names, v, strict=True)) for v in values)]
 
     def _nearest(
-        self, query_vector: npt.NDArray[np.float32], k: int, source: str | None, deadline: SearchDeadline
+        self,
+        query_vector: npt.NDArray[np.float32],
+        k: int,
+        source: str | None,
+        deadline: SearchDeadline,
+        access: tuple[str, ...] | None = None,
     ) -> list[SearchHit]:
         if not self._vectors_loaded:
             raise VectorsUnavailable("the sqlite-vec extension is not loaded: this index cannot search vectors")
+
+        def nearest_of(n: int, only: tuple[str, list[Any]] | None) -> list[tuple[int, float]]:
+            return knn(self._db, index_name=self.index_name, query_vector=query_vector, k=n, source=source, only=only)
+
         with self._time_limited(deadline):
-            nearest = knn(self._db, index_name=self.index_name, query_vector=query_vector, k=k, source=source)
+            if access is None:
+                nearest = nearest_of(k, None)
+            else:  # k permitted hits whenever they exist: filtered inside the KNN, or widened and refilled
+                nearest = acl.nearest_permitted(self._db, self.index_name, access, k, nearest_of)
             if not nearest:
                 return []
             cur = self._db.execute(
@@ -422,6 +429,12 @@ class SqliteFtsIndex(IndexBackend):
             values = cur.fetchall()
         rows = {row["rowid"]: row for row in (dict(zip(names, v, strict=True)) for v in values)}
         return [_hit(rows[rowid], similarity) for rowid, similarity in nearest if rowid in rows]
+
+    def set_access(self, source: str, access: Mapping[str, Sequence[str]]) -> int:
+        return acl.set_entries(self._db, self.index_name, source, access)
+
+    def access_of(self, source: str, doc_ids: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        return acl.stored_entries(self._db, self.index_name, source, doc_ids)
 
     def vectors_for(self, model: str, text_hashes: Iterable[str]) -> dict[str, npt.NDArray[np.float32]]:
         if not self._vectors_loaded:
@@ -459,6 +472,9 @@ class SqliteFtsIndex(IndexBackend):
         for key in ("heading_path", "positions", "metadata"):
             row[key] = json.loads(row[key])
         row["positions"] = [Position.from_dict(p).to_dict() for p in row["positions"]]
+        row["access"] = list(
+            acl.stored_entries(self._db, self.index_name, row["source"], [row["doc_id"]])[row["doc_id"]]
+        )
         return row
 
     def close(self) -> None:

@@ -129,9 +129,19 @@ def _table_exists(cur: Any, table: str) -> bool:
 
 
 def knn(
-    db: Any, *, index_name: str, query_vector: npt.NDArray[np.float32], k: int, source: str | None
+    db: Any,
+    *,
+    index_name: str,
+    query_vector: npt.NDArray[np.float32],
+    k: int,
+    source: str | None,
+    only: tuple[str, list[Any]] | None = None,
 ) -> list[tuple[int, float]]:
     """(chunk rowid, cosine similarity) of the ``k`` nearest stored vectors, nearest first.
+
+    ``only``: a WHERE term on ``chunk_rowid`` and its arguments (the permitted chunks,
+    ``include.index.sqlite_access``). sqlite-vec takes ``chunk_rowid IN (...)`` as a KNN
+    constraint, skipping other rows while it scans, so ``k`` hits come back when that many pass.
 
     An index with no vectors gives ``[]``; a query whose size no stored vector of the index has
     is a ValueError naming both sizes (it was embedded with another model than the chunks).
@@ -153,6 +163,9 @@ def knn(
     if source:
         sql += " AND source = ?"
         args.append(source)
+    if only is not None:
+        sql += f" AND {only[0]}"
+        args.extend(only[1])
     return [(int(rowid), 1.0 - float(distance)) for rowid, distance in db.execute(sql + " ORDER BY distance", args)]
 
 

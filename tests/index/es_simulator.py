@@ -1,9 +1,17 @@
 """A small Elasticsearch stand-in on 127.0.0.1 for the vector paths of ``ElasticsearchIndex``.
 
 Not an index engine: it keeps documents in a dict and answers the requests the backend makes
-(cluster info, template, alias checks, mappings, ``_mget``, ``_search`` by ``doc_id`` terms, by
-the vector cache query or by ``knn`` with exact cosine, and ``_bulk`` index/update/delete) in
-the shapes the ES 9 docs give, recording every request so tests can check what was asked.
+(cluster info, template, alias checks, mappings, ``_mget``, ``_refresh``, ``_count``,
+``_search`` by a query or by ``knn`` with exact cosine, and ``_bulk`` index/update/delete) in
+the shapes the ES 9 docs give, recording every request so tests can check what was asked
+(``requests``, and every bulk action with its payload in ``actions``).
+
+Queries are evaluated, not pattern-matched: ``match_all``, ``term``, ``terms``, ``range``
+(``gte``/``lte`` by comparison), ``multi_match`` and ``bool`` (``must``, ``filter``,
+``must_not``, ``should`` with ``minimum_should_match``: 1 by default without a must or filter
+clause, 0 with one, as ES does). A ``knn`` search applies its ``filter`` to the candidates
+before taking the ``k`` nearest, as ES's filtered kNN does; a clause it does not know is an
+error, so a filter the backend sends is never silently ignored.
 It reports version 9.5.1, so ``_source`` leaves vectors out unless ``exclude_vectors`` is false,
 as 9.2+ does. Full-text search answers every document containing any query word (score: the
 number of such words): enough to see the BM25 ranking reach the fusion, not to rank like ES.
@@ -39,6 +47,7 @@ class EsSimulator:
     docs: dict[str, dict[str, Any]] = field(default_factory=dict)
     properties: dict[str, Any] = field(default_factory=dict)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)  # (method, path, JSON body)
+    actions: list[tuple[str, str, Any]] = field(default_factory=list)  # bulk (action, _id, payload or None)
 
     @property
     def physical(self) -> str:
@@ -80,7 +89,12 @@ class EsSimulator:
         if path.endswith("/_mget"):
             return self._json({"docs": [self._get(i) for i in body["ids"]]})
         if path.endswith("/_search"):
-            return self._json({"hits": {"hits": self._search(body)}})
+            return self._json({"hits": {"hits": self._search(body)}, "timed_out": False})
+        if path.endswith("/_refresh"):
+            return self._json({"_shards": {"total": 1, "successful": 1, "failed": 0}})
+        if path.endswith("/_count"):
+            query = (body or {}).get("query", {"match_all": {}})
+            return self._json({"count": sum(self._matches(d, query) for d in self.docs.values())})
         if path == "/_bulk":
             return self._json(self._bulk(raw))
         return self._json({"error": f"simulator: no route for {method} {path}", "status": 400}, 400)
@@ -96,35 +110,55 @@ class EsSimulator:
         source_opt = body.get("_source")
         if "knn" in body:
             return self._knn(body["knn"], source_opt)
-        query = body["query"]
-        if "terms" in query:  # existing chunk ids of documents (the scan)
-            ids = set(query["terms"]["doc_id"])
-            found = [(cid, 0.0) for cid, d in sorted(self.docs.items()) if d["doc_id"] in ids]
-        elif "must" in query.get("bool", {}):
-            words = set(re.findall(r"\w+", query["bool"]["must"][0]["multi_match"]["query"].lower()))
-            scored = [
-                (cid, float(len(words & set(re.findall(r"\w+", d["content_with_weight"].lower())))))
-                for cid, d in self.docs.items()
-            ]
-            sources = {f["term"]["source"] for f in query["bool"].get("filter", [])}
-            scored = [(c, s) for c, s in scored if s > 0 and (not sources or self.docs[c]["source"] in sources)]
-            found = sorted(scored, key=lambda cs: (-cs[1], cs[0]))[: body.get("size", 10)]
-        else:  # the vector cache query: a model term and text hash terms
-            model_term, hash_terms = query["bool"]["filter"]
-            model, hashes = model_term["term"]["embedding_model"], set(hash_terms["terms"]["text_hash"])
-            found = [
-                (cid, 0.0)
-                for cid, d in sorted(self.docs.items())
-                if d.get("embedding_model") == model and d["text_hash"] in hashes
-            ]
-        return [self._hit(cid, score, source_opt) for cid, score in found]
+        query = body.get("query", {"match_all": {}})
+        words = _query_words(query)
+        found = [(cid, _score(words, d)) for cid, d in sorted(self.docs.items()) if self._matches(d, query)]
+        if words:  # ranked: most query words first (a scan sorts by chunk id, as requested)
+            found.sort(key=lambda cs: (-cs[1], cs[0]))
+        elif body.get("search_after"):
+            found = [(c, s) for c, s in found if c > body["search_after"][0]]
+        return [self._hit(cid, score, source_opt) for cid, score in found[: body.get("size", 10)]]
+
+    def _matches(self, doc: dict[str, Any], query: dict[str, Any]) -> bool:
+        ((kind, spec),) = query.items()
+        if kind == "match_all":
+            return True
+        if kind in ("term", "terms"):
+            ((name, wanted),) = spec.items()
+            if kind == "term":
+                wanted = [wanted["value"] if isinstance(wanted, dict) else wanted]
+            return any(_same(v, w) for v in _values(doc, name) for w in wanted)
+        if kind == "range":
+            ((name, bounds),) = spec.items()
+            values = _values(doc, name)
+            return any(
+                all(_compare(op, v, bound) for op, bound in bounds.items() if op in ("gte", "gt", "lte", "lt"))
+                for v in values
+            )
+        if kind == "multi_match":
+            return _score(set(re.findall(r"\w+", spec["query"].lower())), doc) > 0
+        if kind == "bool":
+            return self._bool(doc, spec)
+        raise ValueError(f"simulator: no support for the {kind!r} query")
+
+    def _bool(self, doc: dict[str, Any], spec: dict[str, Any]) -> bool:
+        required = _clauses(spec, "must") + _clauses(spec, "filter")
+        if not all(self._matches(doc, c) for c in required):
+            return False
+        if any(self._matches(doc, c) for c in _clauses(spec, "must_not")):
+            return False
+        should = _clauses(spec, "should")
+        minimum = int(spec.get("minimum_should_match", 0 if required else 1)) if should else 0
+        return sum(self._matches(doc, c) for c in should) >= minimum
 
     def _knn(self, knn: dict[str, Any], source_opt: Any) -> list[dict[str, Any]]:
         q = np.asarray(knn["query_vector"], dtype=np.float32)
-        wanted = {f["term"]["source"] for f in knn.get("filter", [])}
+        filters = knn.get("filter", [])
+        filters = filters if isinstance(filters, list) else [filters]
         scored = []
         for cid, d in self.docs.items():
-            if "embedding" not in d or (wanted and d["source"] not in wanted):
+            # the filter picks the candidates, before the k nearest are taken (filtered kNN)
+            if "embedding" not in d or not all(self._matches(d, f) for f in filters):
                 continue
             v = np.asarray(d["embedding"], dtype=np.float32)
             cos = float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
@@ -149,20 +183,57 @@ class EsSimulator:
             ((action, meta),) = json.loads(line).items()
             cid = meta["_id"]
             if action == "delete":
+                self.actions.append((action, cid, None))
                 existed = self.docs.pop(cid, None) is not None
                 items.append({"delete": {"_id": cid, "status": 200 if existed else 404}})
                 continue
             payload = json.loads(next(lines))
+            self.actions.append((action, cid, payload))
             if action == "index":
                 self.docs[cid] = payload
             elif "doc" in payload:
                 self.docs[cid].update(payload["doc"])
-            else:  # the drop-the-vector script
+            else:  # the drop-the-vector script (which may set the access fields too)
+                params = payload["script"]["params"]
                 self.docs[cid].pop("embedding", None)
                 self.docs[cid].pop("embedding_model", None)
-                self.docs[cid]["sequence"] = payload["script"]["params"]["sequence"]
+                self.docs[cid]["sequence"] = params["sequence"]
+                self.docs[cid].update({k: params[k] for k in ("acl", "public") if k in params})
             items.append({action: {"_id": cid, "status": 201 if action == "index" else 200, "result": "ok"}})
         return {"took": 1, "errors": False, "items": items}
+
+
+def _values(doc: dict[str, Any], name: str) -> list[Any]:
+    value = doc.get(name)
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    # a boolean field matches true/false only (1 == True in Python, not in ES)
+    if isinstance(value, bool) or isinstance(wanted, bool):
+        return isinstance(value, bool) and isinstance(wanted, bool) and value is wanted
+    return bool(value == wanted)
+
+
+def _compare(op: str, value: Any, bound: Any) -> bool:
+    return bool({"gte": value >= bound, "gt": value > bound, "lte": value <= bound, "lt": value < bound}[op])
+
+
+def _clauses(spec: dict[str, Any], occur: str) -> list[dict[str, Any]]:
+    clauses = spec.get(occur, [])
+    return clauses if isinstance(clauses, list) else [clauses]
+
+
+def _query_words(query: dict[str, Any]) -> set[str]:
+    """The words of a bool query's ``multi_match`` (the BM25 search), none for other queries."""
+    for clause in _clauses(query.get("bool", {}), "must"):
+        if "multi_match" in clause:
+            return set(re.findall(r"\w+", clause["multi_match"]["query"].lower()))
+    return set()
+
+
+def _score(words: set[str], doc: dict[str, Any]) -> float:
+    return float(len(words & set(re.findall(r"\w+", str(doc.get("content_with_weight", "")).lower()))))
 
 
 @contextmanager
