@@ -152,6 +152,9 @@ class EngineOptions(BaseModel):
     # (and at least 2), posts an alert; null turns a rule off (read by plugins.engine.alerts)
     alert_failed_items: int | None = Field(default=10, ge=1)
     alert_failed_share: float | None = Field(default=0.25, gt=0.0, le=1.0)
+    # a run that made this many documents private because their permissions could not be read
+    # (acl_unknown) posts an alert; null: never (read by plugins.engine.alerts)
+    alert_acl_unknown: int | None = Field(default=1, ge=1)
     window_overlap_minutes: float | None = Field(default=None, ge=0)
     fetch_operator: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$")
     # run-log retention (read by plugins.engine.retention): finished runs older than this many days

@@ -10,7 +10,8 @@ Tables
 - ``tributary_run_items``: item-level lineage, one row per (run, item): action and reason,
   versions before/after, hash, sizes, parser/chunker, chunk ids added/kept/removed, stage
   timings, error; for an embedded item the model and, per chunk, whether its vector was computed
-  this run or reused from the index (and which chunks the model truncated). Re-running a task
+  this run or reused from the index (and which chunks the model truncated), and what happened
+  to its permissions (``access``: the ``AccessChange``). Re-running a task
   rewrites its rows (primary key), never duplicates them.
 
 Everything written here is written by the *commit* stage, after the index write succeeded.
@@ -116,6 +117,9 @@ run_items_table = sa.Table(
     sa.Column("chunks_truncated", sa.JSON),
     # issue 23: the parser engine a source chose for the item's format (a PDF: auto, text or ocr)
     sa.Column("parser_engine", sa.String(50)),
+    # issue 35: the item's permissions this run (include.acl.AccessChange.to_dict(): digests
+    # before/after, entries added/removed, public flag, visibility); None: not read this run
+    sa.Column("access", sa.JSON),
 )
 sa.Index("run_items_source_key", run_items_table.c.source, run_items_table.c.item_key)
 
@@ -180,6 +184,7 @@ class RunItem:
     # [{"chunk_id", "tokens", "kept"}]: chunks longer than the model takes, as the model cut them
     chunks_truncated: list[dict[str, Any]] = field(default_factory=list)
     parser_engine: str | None = None
+    access: dict[str, Any] | None = None  # the AccessChange of a run that read the item's permissions
 
 
 # Any constant both processes agree on: the key of PostgreSQL's advisory lock for schema changes.

@@ -35,6 +35,7 @@ import httpx
 from include.connections import get_connection
 
 __all__ = [
+    "acl_unknown_breach",
     "alert_finished_run",
     "build_failure_summary",
     "build_partial_summary",
@@ -56,6 +57,7 @@ _MAX_ERRORS = 5
 # One failure alone is one bad document: the quarantine alert covers it if it persists.
 DEFAULT_FAILED_ITEMS = 10
 DEFAULT_FAILED_SHARE = 0.25
+DEFAULT_ACL_UNKNOWN = 1  # documents made private because their permissions could not be read
 _MIN_FAILED_FOR_SHARE = 2
 DEFAULT_QUARANTINE_AFTER = 5  # as plugins.engine.discover reads it
 
@@ -247,6 +249,17 @@ def failed_item_breaches(counts: Mapping[str, Any], options: Mapping[str, Any]) 
     return breaches
 
 
+def acl_unknown_breach(counts: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
+    """A run that made documents private because their permissions could not be read
+    (``acl_unknown``) says so: a missing scope or a revoked app right hides documents from every
+    searcher until it is fixed. ``alert_acl_unknown`` (default 1; null: off) is the threshold."""
+    unknown = int(counts.get("acl_unknown") or 0)
+    limit = _option(options, "alert_acl_unknown", DEFAULT_ACL_UNKNOWN)
+    if counts.get("dry_run") or not unknown or limit is None or unknown < limit:
+        return []
+    return [f"{unknown} documents private: permissions unreadable (acl_unknown, alert_acl_unknown={limit:g})"]
+
+
 def newly_quarantined(store: Any, source: str, run_id: str, quarantine_after: int) -> list[Any]:
     """Items whose failure streak reached ``quarantine_after`` in this run.
 
@@ -314,7 +327,7 @@ def alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any], *, base_
 def _alert_finished_run(ctx: Any, store: Any, counts: Mapping[str, Any], base_url: str | None) -> bool:
     source = ctx.source
     options = source.options or {}
-    breaches = failed_item_breaches(counts, options)
+    breaches = failed_item_breaches(counts, options) + acl_unknown_breach(counts, options)
     quarantined: list[Any] = []
     if int(counts.get("failed") or 0):  # no failure in this run: nothing it can have quarantined
         after = int(options.get("quarantine_after", DEFAULT_QUARANTINE_AFTER))

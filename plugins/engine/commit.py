@@ -14,7 +14,9 @@ from typing import Any
 
 from include.index import IndexBackend, open_index
 from include.staging import StagingArea
-from include.stores import StateStore
+from include.stores import ItemState, StateStore
+from include.stores.access import AccessStore
+from plugins.engine.access import AccessBook, annotate_lineage, commit_access, plan_access
 from plugins.engine.alerts import alert_finished_run
 from plugins.engine.commit_rules import (
     CommitBook,
@@ -33,7 +35,7 @@ from plugins.engine.commit_rules import (
 from plugins.engine.context import RunContext, closed_run, log
 from plugins.engine.manifests import read_plan, read_stage_manifest
 from plugins.engine.reaper import retains_raw
-from plugins.engine.records import RunPlan
+from plugins.engine.records import ItemRecord, RunPlan
 from plugins.engine.retention import prune_source
 
 __all__ = [
@@ -113,23 +115,50 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     _refuse_incomplete(ctx, plan)
     sid, staging = ctx.source.source_id, ctx.staging
     manifests = [read_stage_manifest(staging.stage_path("upserted", n)) for n in range(len(plan.batches))]
+    access_store = AccessStore(store)  # document permissions, in the same database
     # keys a connector renamed (discover's plan): moved first, so the rows below find their state
     store.rename_items(sid, plan.renames)
+    access_store.rename(sid, plan.renames)
     prior_states = store.items(sid)
     book = CommitBook()
     apply_deletions(store, sid, plan.deletions, index_factory, book)
-    unchanged = [*plan.unchanged, *(u for m in manifests for u in m.unchanged)]
+    access_store.delete(sid, [d.item_key for d in plan.deletions])  # after the index delete
+    refetched = [u for m in manifests for u in m.unchanged]
+    unchanged = [*plan.unchanged, *refetched]
+    written = [i for m in manifests for i in m.items]
     commit_unchanged(unchanged, prior_states, ctx.run_id, book)
-    commit_written((i for m in manifests for i in m.items), sid, plan.processing_hash, ctx.run_id, book)
+    commit_written(written, sid, plan.processing_hash, ctx.run_id, book)
     failures = [*plan.failed, *(f for m in manifests for f in m.failures)]
     record_failures(failures, prior_states, sid, ctx.run_id, book)
     keep_missing(plan.missing, prior_states, book)
     record_skipped(plan.skipped, book)
+    access = _access(ctx, access_store, written, refetched, prior_states, book)
     store.save_items(book.states)
+    commit_access(access, sid, access_store, index_factory)
     store.record_run_items(ctx.run_id, sid, book.lineage)
     result = _judged(run_counts(plan, manifests, book), book.reasons)
     log.info("%s: committed %s", sid, result)
     return result
+
+
+def _access(
+    ctx: RunContext,
+    access_store: AccessStore,
+    written: list[ItemRecord],
+    refetched: list[ItemRecord],
+    prior_states: Mapping[str, ItemState],
+    book: CommitBook,
+) -> AccessBook:
+    """The commit's permissions (:mod:`plugins.engine.access`): rows to save, changes put on the
+    items' lineage rows, and unknown ones counted (``acl_unknown``: the run is partial)."""
+    keys = [i.item_key for i in written] + [u.item_key for u in refetched if u.access is not None]
+    stored = access_store.get(ctx.source.source_id, keys) if keys else {}
+    access = plan_access(written, refetched, prior_states, stored, ctx.run_id)
+    annotate_lineage(book.lineage, access, {i.item_key: i for i in (*written, *refetched)})
+    book.counts["acl_changed"] += access.changed
+    book.counts["acl_unknown"] += sum(access.unknown.values())
+    book.reasons.update(access.unknown)
+    return access
 
 
 def _judged(counts: dict[str, Any], item_reasons: Mapping[str, int]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from include.acl import ACL_OVER_CAP, ACL_UNKNOWN
 from include.contract import VersionEvidence, document_id
 from include.failpoints import failpoint
 from include.index import IndexBackend
@@ -300,6 +301,8 @@ _ZEROS = (
     "chunked",
     *("chunks_written", "chunks_unchanged", "chunks_deleted"),
     *("chunks_embedded", "chunks_vector_reused", "chunks_truncated"),
+    # permissions read this run: items whose access changed, items private as unknown (issue 35)
+    *("acl_changed", "acl_unknown"),
 )
 
 
@@ -388,6 +391,7 @@ def rebuild_ends(params: RunParams) -> bool:
 # ------------------------------------------------------------------------------ the run's outcome
 
 OUTCOMES = ("success", "partial", "failed")
+_ACL_REASONS = frozenset({ACL_UNKNOWN, ACL_OVER_CAP})  # documents made private, not failed
 
 
 def _connector_reasons(stats: Mapping[str, Any], item_reasons: Mapping[str, int]) -> Counter[str]:
@@ -436,5 +440,8 @@ def judge_outcome(counts: Mapping[str, Any], item_reasons: Mapping[str, int]) ->
     if reached <= 0:
         what = f"all {failing} items failed" if failing else "nothing was reached"
         return "failed", ordered, f"{what} ({listed}; {why})"
+    unknown = int(counts.get("acl_unknown") or 0)
     what = f"{failing} failed or skipped for errors" if failing else "the source reported errors"
+    if unknown and not failing and set(ordered) <= _ACL_REASONS:
+        what = f"{unknown} private: their permissions could not be read"
     return "partial", ordered, f"{reached} items synced, {what} ({listed}; {why})"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from include.contract import Change, Chunk, RawDocument
@@ -203,10 +203,18 @@ def read_batch(manifest_path: str) -> list[Change]:
     return [item.change for item in read_stage_manifest(manifest_path).items]
 
 
-def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument], failures: list[ItemFailure]) -> str:
+def write_fetched_manifest(
+    batch_manifest_path: str,
+    fetched: list[RawDocument],
+    failures: list[ItemFailure],
+    *,
+    access: Mapping[str, dict[str, Any]] | None = None,
+) -> str:
     """Stage fetched documents' bytes and write the ``fetched`` manifest for this batch.
 
-    Used by the generic fetch task and by connector-specific fetch operators alike.
+    Used by the generic fetch task and by connector-specific fetch operators alike. ``access``:
+    the items' permissions by key (``plugins.engine.process.read_batch_access``); an item
+    without one is written to the index as unknown (private).
     """
     batch = read_stage_manifest(batch_manifest_path)
     staging = StagingArea.of(batch_manifest_path)
@@ -223,7 +231,7 @@ def write_fetched_manifest(batch_manifest_path: str, fetched: list[RawDocument],
         if (problem := _differs_from_staged(item, ref)) is not None:
             out.failures.append(corrupt_failure(raw.item_key, StagingCorruptError(problem)))
             continue
-        out.items.append(dataclasses.replace(item, raw=_raw_ref(raw, ref)))
+        out.items.append(dataclasses.replace(item, raw=_raw_ref(raw, ref), access=(access or {}).get(raw.item_key)))
     return write_stage_manifest(batch_manifest_path, out)
 
 

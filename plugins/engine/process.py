@@ -9,15 +9,17 @@ Airflow's task retries handle them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from include.acl import ACL_UNKNOWN, AccessControl
 from include.config import SourceConfig
-from include.contract import Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
+from include.contract import Change, Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError
-from plugins.connectors.base import Connector
+from plugins.connectors.base import AccessRequest, Connector
 from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.lineage import parser_warnings
 from plugins.engine.manifests import (
@@ -35,7 +37,9 @@ from plugins.engine.packed import PackedReader, PackedWriter, UnstageableError
 from plugins.engine.records import BatchManifest, ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
 
-__all__ = ["chunk_stage", "fetch_stage", "parse_stage", "upsert_stage"]
+__all__ = ["chunk_stage", "fetch_stage", "parse_stage", "read_batch_access", "upsert_stage"]
+
+log = logging.getLogger("tributary")
 
 
 def _ms(start: float) -> float:
@@ -51,10 +55,36 @@ def _timed(item: ItemRecord, stage: str, start: float, **outcome: Any) -> ItemRe
 
 
 def fetch_stage(batch_path: str, connector: Connector) -> str:
-    """Generic fetch: ``connector.fetch_batch`` over the batch's changes."""
-    fetched, errors = connector.fetch_batch(read_batch(batch_path))
+    """Generic fetch: ``connector.fetch_batch`` over the batch's changes, then the fetched
+    items' permissions (one ``read_access`` call for the batch, the connector still open)."""
+    changes = read_batch(batch_path)
+    fetched, errors = connector.fetch_batch(changes)
     failures = [ItemFailure(key, exc.reason, str(exc), exc.retryable, "fetch") for key, exc in errors]
-    return write_fetched_manifest(batch_path, fetched, failures)
+    got = {raw.item_key for raw in fetched}
+    access = read_batch_access(connector, [c for c in changes if c.item_key in got])
+    return write_fetched_manifest(batch_path, fetched, failures, access=access)
+
+
+def read_batch_access(connector: Connector, changes: Sequence[Change]) -> dict[str, dict[str, Any]]:
+    """The permissions of a batch's items by key, as ``AccessControl.to_dict()`` (what the
+    manifest stores). Fail-closed: a ``read_access`` that raises makes every item of the batch
+    unknown (private, ``acl_unknown``) and an item missing from its answer is unknown too;
+    nothing here ever makes an item public that the connector did not say is."""
+    if not changes:
+        return {}
+    requests = [AccessRequest(c.item_key, c.url, dict(c.metadata or {})) for c in changes]
+    try:
+        found = connector.read_access(requests)
+    except Exception as exc:  # a connector's failure to read permissions is the items', never the batch's
+        warning = f"reading permissions failed: {type(exc).__name__}: {exc}"[:500]
+        log.warning("%s: %s", connector.source.source_id, warning)
+        found = {c.item_key: AccessControl.unknown(ACL_UNKNOWN, warning) for c in changes}
+    missing = AccessControl.unknown(ACL_UNKNOWN, "the connector returned no permissions for this item")
+    out: dict[str, dict[str, Any]] = {}
+    for change in changes:
+        access = found.get(change.item_key)
+        out[change.item_key] = (access if isinstance(access, AccessControl) else missing).to_dict()
+    return out
 
 
 # ----------------------------------------------------------------------------------- parse
@@ -235,6 +265,8 @@ def _document_write(item: ItemRecord, source: SourceConfig, run_id: str, reader:
         content_hash=parsed.content_hash,
         run_id=run_id,
         metadata=_doc_metadata(raw.metadata),
+        # unknown (no entries: an unrestricted search only) when fetch did not read them
+        access=AccessControl.from_dict(item.access).entries(),
     )
     stale = sorted(prior_ids - {c.chunk_id for c in chunks})
     return DocumentWrite(record, chunks, stale, vectors=load_vectors(item, chunks))

@@ -172,7 +172,8 @@ def reap_stale_runs(
     for run in store.running_runs(source):
         if exclude == (run["source"], run["run_id"]):
             continue
-        inline = run.get("run_type") == "inline"
+        # a permission sync records its owner and heartbeat like an in-process run; its id is not a DAG run's
+        inline = run.get("run_type") in ("inline", "permissions")
         why = _inline_verdict(run, now) if inline else _airflow_verdict(run, dag_run_state)
         if why is None:
             continue

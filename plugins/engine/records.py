@@ -237,6 +237,10 @@ class ItemRecord:
     embedded: EmbedOutcome | None = None  # only for a source with embedding enabled
     upserted: UpsertOutcome | None = None
     unchanged_reason: str | None = None  # why it went to ``unchanged`` after fetching
+    # its permissions as fetch read them (``AccessControl.to_dict()``); None: not read this run
+    # (discovery said unchanged, or a manifest staged before permissions were read: the upsert
+    # then writes it as unknown, private, never public)
+    access: dict[str, Any] | None = None
     stage_ms: dict[str, float] = field(default_factory=dict)
 
     @property

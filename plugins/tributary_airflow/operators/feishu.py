@@ -31,6 +31,7 @@ from plugins.connectors.feishu.connector import FeishuConnector
 from plugins.connectors.feishu.exports import ExportTicket
 from plugins.connectors.feishu.options import FeishuOptions
 from plugins.engine import ItemFailure, RunContext, read_batch, write_fetched_manifest
+from plugins.engine.process import read_batch_access
 from plugins.engine.steps import ConnectorOpener, FetchStep, ManifestResult
 from plugins.tributary_airflow.operators.base import run_context
 from plugins.tributary_airflow.operators.sync import FetchOperator, _connector
@@ -61,14 +62,14 @@ class FeishuExportFetchStep(FetchStep):
             feishu = _feishu(connector)
             if not self.deferrable:  # in-task: each export downloaded the moment it is done
                 docs, failures = feishu.fetch_batch(changes)
-                return self._write(docs, [_failure_dict(k, e) for k, e in failures])
+                return self._write(connector, changes, docs, [_failure_dict(k, e) for k, e in failures])
             tickets, failures = feishu.start_exports(changes)
             log.info("%d export tasks created, %d refused; deferring", len(tickets), len(failures))
             refused = [_failure_dict(k, e) for k, e in failures]
             if any(t.state == "pending" for t in tickets):
                 self.defer(feishu, tickets, refused, [])
             docs, more = feishu.finish_batch(changes, tickets)
-            return self._write(docs, refused + [_failure_dict(k, e) for k, e in more])
+            return self._write(connector, changes, docs, refused + [_failure_dict(k, e) for k, e in more])
 
     def resume(
         self, store: StateStore, event: dict[str, Any], failures: list[dict[str, Any]], staged: list[dict[str, Any]]
@@ -94,7 +95,8 @@ class FeishuExportFetchStep(FetchStep):
             handled = {s["item_key"] for s in staged} | {f["item_key"] for f in failures}
             rest = [c for c in changes if c.item_key not in handled]
             docs, more = feishu.finish_batch(rest, [t for t in tickets if t.item_key not in handled])
-            return self._write(_unstage(staged) + docs, failures + [_failure_dict(k, e) for k, e in more])
+            fetched = _unstage(staged) + docs
+            return self._write(connector, changes, fetched, failures + [_failure_dict(k, e) for k, e in more])
 
     def _download_ready(
         self,
@@ -112,10 +114,15 @@ class FeishuExportFetchStep(FetchStep):
         staged = staged + _stage(self.manifest, docs)
         self.defer(feishu, waiting, failures + [_failure_dict(k, e) for k, e in more], staged)
 
-    def _write(self, docs: list[RawDocument], failures: list[dict[str, Any]]) -> ManifestResult:
+    def _write(
+        self, connector: Connector, changes: list[Change], docs: list[RawDocument], failures: list[dict[str, Any]]
+    ) -> ManifestResult:
         all_failures = [ItemFailure(**f) for f in failures]
         log.info("fetched %d documents, %d failures", len(docs), len(all_failures))
-        return ManifestResult.of(write_fetched_manifest(self.manifest, docs, all_failures))
+        # the permissions of what was fetched, read while the connector is open (as fetch_stage does)
+        fetched = {d.item_key for d in docs}
+        access = read_batch_access(connector, [c for c in changes if c.item_key in fetched])
+        return ManifestResult.of(write_fetched_manifest(self.manifest, docs, all_failures, access=access))
 
 
 class FeishuExportFetchOperator(FetchOperator):
