@@ -63,6 +63,7 @@ __all__ = [
     "options_model",
     "register_connector",
     "source_partitions",
+    "syncs_permissions",
     "validate_source_options",
 ]
 
@@ -287,6 +288,18 @@ def validate_source_options(source: SourceConfig) -> EngineOptions:
         return model.model_validate(source.options)
     except ValidationError as exc:
         raise ValueError("; ".join(_describe(e, model) for e in exc.errors(include_input=False))) from None
+
+
+# kinds whose connectors read permissions (and group memberships) from the source itself
+_PERMISSION_KINDS = frozenset({"feishu", "yuque"})
+
+
+def syncs_permissions(source: SourceConfig) -> bool:
+    """Whether ``source`` has permissions to keep current (its ``perms_<kind>_<name>`` DAG, the
+    CLI's ``permissions`` command): a kind that reads them from its source, or a declared ``acl``
+    block (re-applied on the cadence, so an edited block reaches the index without a resync).
+    A web or files source without one is public and has nothing to sync."""
+    return source.kind in _PERMISSION_KINDS or source.acl is not None
 
 
 @runtime_checkable

@@ -36,6 +36,7 @@ class SimDoc:
     deleted_at: str | None = None
     status: int = 1  # 0 = draft (never published): its text is in body_draft only
     columns_in: str = "body"  # laketable schema in: body | meta (body_table.meta.columns) | both
+    public: int = 0  # 0 private, 1 public, 2 tenant-wide (the spec's levels); see set_public
 
     @property
     def type(self) -> str:
@@ -51,6 +52,7 @@ class SimRepo:
     type: str = "Book"
     docs: dict[int, SimDoc] = field(default_factory=dict)
     updated_at: str = ""
+    public: int = 0  # 0 private, 1 public, 2 tenant-wide
 
     @property
     def namespace(self) -> str:
@@ -70,7 +72,9 @@ class YuqueSpace:
     """The simulated space; :class:`tests.simulators.yuque.YuqueSimulator` serves it over HTTP."""
 
     def __init__(self) -> None:
-        self.accounts: dict[str, dict[str, Any]] = {}  # login -> {"id", "type", "name", "members"}
+        # login -> {"id", "type", "name", "members", "roles", "email"}: a group's ``members`` (logins)
+        # and their ``roles`` (0 admin, 1 member, 2 read-only, the spec's V2GroupUser.role)
+        self.accounts: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = _TokenTable()  # token -> login
         self.repos: dict[int, SimRepo] = {}
         self.list_includes_format = False  # the 2.0.1 list schema has no 'format'
@@ -104,15 +108,45 @@ class YuqueSpace:
         self._ids += 1
         return self._ids
 
-    def add_account(self, login: str, *, group: bool = False, token: str | None = None, members: tuple = ()) -> None:
+    def add_account(
+        self,
+        login: str,
+        *,
+        group: bool = False,
+        token: str | None = None,
+        members: tuple[str, ...] = (),
+        email: str | None = None,
+    ) -> None:
+        """``email``: served on the user object, which the 2.0.1 V2User does not have (a private
+        deployment might): the permission reader maps it when present."""
         self.accounts[login] = {
             "id": self._next_id(),
             "type": "Group" if group else "User",
             "name": login.title(),
             "members": set(members),
+            "roles": dict.fromkeys(members, 1),
+            "email": email,
         }
         if token:
             self.tokens[token] = login
+
+    def add_member(self, group: str, login: str, role: int = 1) -> None:
+        """``login`` joins ``group`` (an account is made for a new login)."""
+        if login not in self.accounts:
+            self.add_account(login)
+        self.accounts[group]["members"].add(login)
+        self.accounts[group]["roles"][login] = role
+
+    def remove_member(self, group: str, login: str) -> None:
+        self.accounts[group]["members"].discard(login)
+        self.accounts[group]["roles"].pop(login, None)
+
+    def set_public(self, target: SimRepo | SimDoc, level: int, *, touches: bool = False) -> None:
+        """Change a repo's or doc's visibility. Whether Yuque moves ``updated_at`` for it is
+        unverified; by default nothing moves (only a permission sync can see the change)."""
+        target.public = level
+        if touches:
+            target.updated_at = self.tick()
 
     def add_repo(self, owner: str, slug: str, name: str | None = None, *, type: str = "Book") -> SimRepo:
         repo = SimRepo(self._next_id(), slug, name or slug, owner, type=type, updated_at=self.tick())
@@ -194,6 +228,21 @@ class YuqueSpace:
             "description": "",
             "created_at": iso(EPOCH),
             "updated_at": iso(EPOCH),
+            **({"email": acc["email"]} if acc.get("email") else {}),
+        }
+
+    def _group_user_json(self, group: str, login: str) -> dict[str, Any]:
+        """One V2GroupUser record (``group`` is a V2Group: the user object's fields, near enough)."""
+        acc = self.accounts[group]
+        return {
+            "id": self.accounts[login]["id"] * 7,
+            "group_id": acc["id"],
+            "user_id": self.accounts[login]["id"],
+            "role": acc["roles"].get(login, 1),
+            "created_at": iso(EPOCH),
+            "updated_at": iso(EPOCH),
+            "group": {**self._user_json(group), "members_count": len(acc["members"])},
+            "user": self._user_json(login),
         }
 
     def _repo_json(self, repo: SimRepo) -> dict[str, Any]:
@@ -207,7 +256,7 @@ class YuqueSpace:
             "user_id": self.accounts[repo.owner]["id"],
             "description": "",
             "creator_id": self.accounts[repo.owner]["id"],
-            "public": 0,
+            "public": repo.public,
             "items_count": len(counted),
             "likes_count": 0,
             "watches_count": 0,
@@ -229,7 +278,7 @@ class YuqueSpace:
             "user_id": self.accounts[repo.owner]["id"],
             "book_id": repo.id,
             "last_editor_id": self.accounts[repo.owner]["id"],
-            "public": 0,
+            "public": doc.public,
             "status": doc.status,
             "likes_count": 0,
             "read_count": 0,

@@ -37,6 +37,12 @@ is uncertain the simulator is configurable, and says so):
 - 3xx answers (``redirect_to``: every API request redirects there, as a team space's host does);
 - data tables may carry their schema in ``body_table.meta.columns`` instead of ``body``
   (``SimDoc.columns_in``; yuque/yuque-mcp-server PR #88 reads both);
+- permissions (issue 35): repos and docs carry ``public`` (0 private, 1 public, 2 tenant-wide;
+  :meth:`YuqueSimulator.set_public` changes it, moving no timestamp by default), and
+  ``GET /groups/{login}/users`` pages V2GroupUser records by ``offset``, 100 a page (the spec
+  fixes the size), filtered by ``role``; a token outside the group gets ``members_outsider_status``
+  (403), and ``member_errors`` = {(group, offset): status} fails those pages on every try;
+  membership changes with :meth:`YuqueSimulator.add_member` / ``remove_member``;
 - lakesheet cells of the real classes (checkbox, select, link, image, file, formula) go through
   :func:`encode_lakesheet` as given (yuque-dl's real mock ``test/mocks/data/sheetData.json``).
 
@@ -91,6 +97,8 @@ class YuqueSimulator(YuqueSpace):
         self.oversize_gzip = False  # ... and send that padding gzip-compressed
         self.oversize_errors = False  # ... error answers too (their message after the padding)
         self.oversize_only: Callable[[str], bool] | None = None  # which paths (all when None)
+        self.members_outsider_status = 403  # a token neither the group nor a member lists members
+        self.member_errors: dict[tuple[str, int], int] = {}  # (group, offset) -> status, always
         self._recent: dict[str, list[float]] = {}
         # called after each answered request with its path: lets a test edit the space mid-walk
         self.on_request: Callable[[str], None] | None = None
@@ -111,7 +119,8 @@ class YuqueSimulator(YuqueSpace):
 
     def _visible(self, login: str, repo: SimRepo) -> bool:
         owner = self.accounts.get(repo.owner, {})
-        return repo.owner == login or login in owner.get("members", set())
+        # a public or tenant-wide repo is readable by every account (all of them are one space)
+        return repo.public in (1, 2) or repo.owner == login or login in owner.get("members", set())
 
     def _find_repo(self, ref: list[str]) -> SimRepo | None:
         if len(ref) == 1 and ref[0].isdigit():
@@ -144,11 +153,14 @@ class YuqueSimulator(YuqueSpace):
         """``response`` padded past ``size`` bytes, streamed without a Content-Length."""
         self.counters["oversized"] += 1
         status, headers = 200, {}
+        answer: dict[str, Any]
         if isinstance(response, JSONResponse):  # an error answer: same status and headers
             status = response.status_code
             headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
-            response = json.loads(response.body)
-        body: Iterator[bytes] = oversized_json(response, size)
+            answer = json.loads(bytes(response.body))
+        else:
+            answer = response
+        body: Iterator[bytes] = oversized_json(answer, size)
         if self.oversize_gzip:
             body, headers["Content-Encoding"] = _gzipped(body), "gzip"
         return StreamingResponse(body, status_code=status, media_type="application/json", headers=headers)
@@ -205,6 +217,9 @@ class YuqueSimulator(YuqueSpace):
         if parts == ["user"]:
             self.counters["user"] += 1
             return {"data": self._user_json(login)}
+        if len(parts) == 3 and parts[0] == "groups" and parts[2] == "users":
+            self.counters["group_users"] += 1
+            return self._list_members(parts[1], q, login)
         if len(parts) == 3 and parts[0] in ("users", "groups") and parts[2] == "repos":
             self.counters["repos"] += 1
             return self._list_repos(parts[1], q, login)
@@ -256,6 +271,24 @@ class YuqueSimulator(YuqueSpace):
         if q.get("type"):
             repos = [r for r in repos if r.type == q["type"]]
         return {"data": [self._repo_json(r) for r in repos[offset : offset + limit]]}
+
+    def _list_members(self, group: str, q: Any, login: str) -> Any:
+        acc = self.accounts.get(group)
+        if acc is None or acc["type"] != "Group":
+            return self._error(404, "Not Found")
+        if login != group and login not in acc["members"]:
+            return self._error(self.members_outsider_status, "无操作权限")
+        try:
+            offset = int(q.get("offset", 0))
+            role = int(q["role"]) if q.get("role") not in (None, "") else None
+        except ValueError:
+            return self._error(400, "offset/role must be integers")
+        if role is not None and role not in (0, 1, 2):
+            return self._error(422, "role 参数非法")
+        if (failing := self.member_errors.get((group, offset))) is not None:
+            return self._error(failing, "Internal Server Error" if failing >= 500 else "无操作权限")
+        members = [m for m in sorted(acc["members"]) if role is None or acc["roles"].get(m, 1) == role]
+        return {"data": [self._group_user_json(group, m) for m in members[offset : offset + 100]]}
 
     def _list_docs(self, repo: SimRepo, q: Any, login: str) -> Any:
         deleted = str(q.get("deleted", "false")).lower() in ("true", "1")

@@ -132,6 +132,7 @@ class YuqueClient:
         if max_response_bytes < 1:
             raise ValueError("max_response_bytes must be positive")
         self.max_response_bytes = max_response_bytes
+        self.sent = 0  # HTTP requests sent (retries included): what a permission sync reports
         self._sleep = sleep
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -165,6 +166,7 @@ class YuqueClient:
             self._bind()
         if self.budget is not None and counted:
             self.budget.acquire()
+        self.sent += 1
         try:
             with self._http.stream("GET", path, params=params) as response:
                 _refuse_redirect(response)
@@ -294,6 +296,19 @@ class YuqueClient:
             page += 1
             detail = self.get_doc(repo, doc, page=page, page_size=size)
             page_data = json.loads(detail.get("body_table") or "{}")
+
+    def iter_group_users(self, login: str) -> Iterator[Any]:
+        """Every member record (V2GroupUser: ``role``, ``user``) of a group. The spec fixes the
+        page size at 100 and pages by ``offset`` only; a short page is the last one."""
+        offset = 0
+        while True:
+            page = self.get(f"/groups/{login}/users", {"offset": offset})["data"]
+            if not isinstance(page, list):
+                raise YuqueTransportError("group member listing 'data' is not a list")
+            yield from page
+            if len(page) < PAGE_LIMIT:
+                return
+            offset += len(page)
 
     def get_toc(self, repo: str | int) -> list[Any]:
         data = self.get(f"/repos/{repo}/toc")["data"]

@@ -35,18 +35,23 @@ The token comes from the Connection ``conn_id`` (default ``yuque_default``), rea
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
+from include.acl import AccessControl
 from include.config import SourceConfig
 from include.connections import get_connection
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from plugins.connectors.base import (
+    AccessRequest,
     Connector,
     ConnectorContext,
     Discovery,
     DiscoveryRequest,
     FetchError,
+    GroupListing,
     register_connector,
 )
 from plugins.connectors.yuque.client import YuqueClient
@@ -62,6 +67,7 @@ from plugins.connectors.yuque.headings import with_heading_path
 from plugins.connectors.yuque.lakesheet import LakesheetError
 from plugins.connectors.yuque.models import DocDetail, DocSummary, RecordError, parse_time
 from plugins.connectors.yuque.options import YuqueOptions
+from plugins.connectors.yuque.permissions import AccessReader, access_metadata, list_group_members
 from plugins.connectors.yuque.versions import (
     UNKNOWN,
     Comparison,
@@ -103,6 +109,8 @@ class YuqueConnector(Connector):
         self.include_drafts = self.options.include_drafts
         self.toc_headings = self.options.toc_headings
         self._listed_at = ""
+        # the last permission read: requests sent and causes of unknowns (a permission sync's report)
+        self.access_stats: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ client
 
@@ -184,6 +192,8 @@ class YuqueConnector(Connector):
             "doc_type": doc.type,
             **({"format": doc.format} if doc.format else {}),
             **({"breadcrumbs": crumbs} if crumbs is not None else {}),
+            # what the fetch stage's read_access needs, so it sends no request (.permissions)
+            "access": access_metadata(repo, doc.public),
         }
         if seen.verdict is Verdict.MOVED:
             metadata["rewrite"] = True  # same text, new URL: the index record must be rewritten
@@ -308,6 +318,53 @@ class YuqueConnector(Connector):
                         )
                     )
         return changes
+
+    # ------------------------------------------------------------------ permissions
+
+    def _tenant(self) -> str:
+        """The space's tenant id: the API host (a team space has its own, ``acme.yuque.com``)."""
+        return urlsplit(self.client.base_url).netloc.lower()
+
+    def read_access(self, items: Sequence[AccessRequest]) -> dict[str, AccessControl]:
+        """Each doc's permissions from the repo's and the doc's ``public`` levels
+        (:mod:`.permissions`): no request when the discovery's metadata has them, else the
+        repo detail once and the docs' levels. Never raises, never widens: what could not be
+        read is unknown (private)."""
+        if not items:
+            return {}
+        try:
+            client = self.client
+            start = client.sent
+            reader = AccessReader(client, self._tenant(), self.log)
+            found = reader.read(items)
+        except Exception as exc:  # no Connection, a bug: the batch must still be private, not lost
+            self.log.warning("Yuque permissions unreadable: %s", type(exc).__name__)
+            failed = AccessControl.unknown(f"acl_unknown:{type(exc).__name__}", str(exc)[:200])
+            self.access_stats = {"requests": 0, "errors": {failed.unknown_reason: len(items)}}
+            return {item.item_key: failed for item in items}
+        self.access_stats = {"requests": client.sent - start, "errors": dict(reader.errors)}
+        return found
+
+    def group_memberships(self) -> GroupListing:
+        """Members of every group owning a synced repo (``GET /groups/{login}/users``), and the
+        tenant entry; ``requests`` counts the repo reads that found the owners too."""
+        client = self.client
+        start = client.sent
+        walk = Walk()
+        try:
+            repos = Walker(client, self.options.model_dump(), self.log).repos(walk)
+        except YuqueError as exc:
+            self.log.warning("Yuque group sync: repos unreadable: %s", exc.message)
+            cause = f"http_{exc.status}" if exc.status else type(exc).__name__
+            return GroupListing(complete=False, errors={cause: 1}, requests=client.sent - start)
+        groups = {r.owner_login for r in repos if r.owner_type == "Group" and r.owner_login}
+        listing = list_group_members(client, groups, self._tenant(), self.log)
+        if not walk.complete:  # a named repo unreadable: its owner's members may be missing
+            listing.complete = False
+            listing.errors["repo_unreadable"] = len(walk.incomplete_reasons)
+            listing.members = {k: v for k, v in listing.members.items() if not k.startswith("tenant:")}
+        listing.requests = client.sent - start
+        return listing
 
     # ------------------------------------------------------------------ fetch
 

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["DocDetail", "DocSummary", "RecordError", "Repo", "TocItem", "build_breadcrumbs", "parse_time"]
+__all__ = [
+    "DocDetail",
+    "DocSummary",
+    "RecordError",
+    "Repo",
+    "TocItem",
+    "build_breadcrumbs",
+    "parse_time",
+    "public_level",
+]
 
 
 class RecordError(ValueError):
@@ -60,6 +69,26 @@ def _status(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def public_level(value: Any) -> int | None:
+    """A ``public`` field (0 private, 1 public, 2 tenant-wide, per the 2.0.1 spec) or None for
+    anything else: an unreadable level must never be guessed (the permission reader then makes
+    the doc private). Booleans are refused too: ``True`` is not a documented level."""
+    if isinstance(value, str) and value in ("0", "1", "2"):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1, 2):
+        return value
+    return None
+
+
+def _owner(raw: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(login, type) of a repo's owner from its ``user`` object (``Group`` or ``User``)."""
+    user = raw.get("user")
+    if not isinstance(user, dict):
+        return None, None
+    login, kind = user.get("login"), user.get("type")
+    return (login if isinstance(login, str) and login else None, kind if isinstance(kind, str) else None)
+
+
 def _time(raw: dict[str, Any], key: str, record_id: int | None) -> str | None:
     value = raw.get(key)
     try:
@@ -78,6 +107,11 @@ class Repo:
     type: str
     updated_at: str | None
     items_count: int | None
+    # permission data (:mod:`.permissions`): the repo's ``public`` level (None: unreadable) and
+    # its owner, whose readers a private repo's docs are
+    public: int | None = None
+    owner_login: str | None = None
+    owner_type: str | None = None  # "Group" | "User" (the owner's V2User ``type``)
 
     @classmethod
     def from_api(cls, raw: Any) -> Repo:
@@ -94,6 +128,7 @@ class Repo:
         if namespace.count("/") != 1:
             raise RecordError(f"namespace {namespace!r} is not 'login/slug'", rid)
         count = raw.get("items_count")
+        owner_login, owner_type = _owner(raw)
         return cls(
             id=rid,
             slug=slug or namespace.split("/", 1)[1],
@@ -102,6 +137,9 @@ class Repo:
             type=_opt_str(raw, "type", rid) or "Book",
             updated_at=_time(raw, "updated_at", rid),
             items_count=count if isinstance(count, int) else None,
+            public=public_level(raw.get("public")),
+            owner_login=owner_login or namespace.split("/", 1)[0],
+            owner_type=owner_type,
         )
 
 
@@ -118,6 +156,7 @@ class DocSummary:
     content_updated_at: str | None
     status: int | None
     deleted_at: str | None = None
+    public: int | None = None  # the doc's own level (None: unreadable); see :mod:`.permissions`
 
     @property
     def modified_time(self) -> str | None:
@@ -146,6 +185,7 @@ class DocSummary:
             content_updated_at=_time(raw, "content_updated_at", did),
             status=status,
             deleted_at=_time(raw, "deleted_at", did),
+            public=public_level(raw.get("public")),
         )
         if summary.modified_time is None and summary.deleted_at is None:
             raise RecordError("record has no 'content_updated_at' or 'updated_at'", did)
