@@ -5,10 +5,16 @@ sync SOURCE [--full-resync] [--dry-run] [--only-key K] [--window-start T] [--win
                               run a sync in-process (same stages as the DAG); each --only-key is
                               canonicalised by the source's connector (a page URL may be relative
                               to the first seed, a file path relative to the root)
-search QUERY [--source S] [--mode bm25|vector|hybrid]
+search QUERY [--source S] [--mode bm25|vector|hybrid] [--as NAME | --all]
                               search the index (default BM25), with each hit's run, source
                               version and lineage; vector/hybrid embed the query with the
-                              source's model (--source, or the only source with embedding)
+                              source's model (--source, or the only source with embedding).
+                              Only documents NAME may read (TRIBUTARY_PRINCIPALS maps names to
+                              identities); no --as: public documents only; --all: unrestricted
+                              (an admin's search, logged). --json: {access, as, hits}
+permissions SOURCE            re-read a source's group memberships, then every indexed document's
+                              permissions (what its perms_<kind>_<name> DAG does on its cadence);
+                              only changed ones are written to the index, nothing re-embedded
 runs [--source S]             recent runs with their counts
 reap [--source S]             mark runs that died while "running" failed, remove their staging
                               (in-process runs; ``python -m plugins.tributary_airflow.cli reap``
@@ -24,22 +30,37 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import getpass
 import json
+import logging
 import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from include.acl import ANONYMOUS, Principal
 from include.config import load_sources_report
+from include.index import open_index
 from include.index.base import SEARCH_MODES
 from include.settings import get_settings
 from include.stores import StateStore, open_state_store
-from plugins.connectors.base import validate_source_options
+from include.stores.access import AccessStore
+from plugins.connectors.base import syncs_permissions, validate_source_options
 from plugins.engine import RunContext, get_source, run_pipeline
-from plugins.engine.cli_format import run_report_text, runs_table_text, score_text, sync_summary_text
+from plugins.engine.cli_format import (
+    permissions_summary_text,
+    run_report_text,
+    runs_table_text,
+    score_text,
+    searcher_json,
+    searcher_text,
+    sync_summary_text,
+)
 from plugins.engine.discover import open_connector
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
+from plugins.engine.permission_tasks import run_group_sync, run_permission_sync
+from plugins.engine.principals import PrincipalsError, resolve_principal
 from plugins.engine.progress import terminal_progress
 from plugins.engine.reaper import DagRunState, reap_stale_runs
 from plugins.engine.search import SearchError, VectorSearchUnavailable, run_search
@@ -47,6 +68,8 @@ from plugins.engine.search import SearchError, VectorSearchUnavailable, run_sear
 __all__ = ["DagRunStateFactory", "main"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 # Builds the reaper's view of Airflow DAG runs (None: not available here). The engine has none of
 # its own: ``plugins.tributary_airflow.cli`` passes the metadata-DB one.
@@ -115,8 +138,9 @@ def _source_or_none(name: str) -> Any:
 def cmd_search(args: argparse.Namespace) -> int:
     sources = load_sources_report(get_settings().sources_file, validate_source_options)[0]
     try:
-        result = run_search(sources, args.query, k=args.k, source=args.source, mode=args.mode)
-    except SearchError as exc:
+        principal = _searcher(args)
+        result = run_search(sources, args.query, k=args.k, source=args.source, mode=args.mode, principal=principal)
+    except (SearchError, PrincipalsError) as exc:
         print(f"search: {exc}", file=sys.stderr)
         return 2
     except VectorSearchUnavailable as exc:  # vector mode only: hybrid falls back to BM25 with a note
@@ -125,17 +149,67 @@ def cmd_search(args: argparse.Namespace) -> int:
     except TimeoutError as exc:  # the index's SearchTimeout
         print(f"search: {exc}", file=sys.stderr)
         return 3
-    for note in result.notes:  # on stderr: --json output stays the rows
+    for note in result.notes:  # on stderr: --json output stays one JSON document
         print(f"search: note: {note}", file=sys.stderr)
     hits = result.hits
-    lines = []
+    lines = [searcher_text(principal)]
     for h in hits:
         where = " > ".join(h["heading_path"]) if h["heading_path"] else ""
         lines.append(f"{h['rank']}. [{score_text(h)}] {h['title'] or ''} {where}\n   {h['url'] or h['doc_id']}")
         lines.append(f"   run {h['run_id']}, version {h['doc_version']}, lineage: chunk {h['chunk_id']}")
         lines.append("   " + " ".join(h["text"].split())[:240])
-    _emit(hits, args.json, "\n".join(lines) or "no hits")
+    if not hits:
+        lines.append("no hits")
+    _emit({**searcher_json(principal), "hits": hits}, args.json, "\n".join(lines))
     return 0 if hits else 1
+
+
+def _searcher(args: argparse.Namespace) -> Principal | None:
+    """Who the search runs as: ``--as NAME`` resolved through the principals file and the synced
+    memberships; ``--all``: nobody (unrestricted), logged; neither: anonymous (public only)."""
+    if args.all:
+        # who and how much, never what: the query text may itself be sensitive
+        log.warning(
+            "unrestricted search (--all) by OS user %s: every document whatever its permissions (query of %d chars)",
+            _os_user(),
+            len(args.query),
+        )
+        return None
+    if args.as_name is None:
+        return ANONYMOUS
+    return _query(lambda store: resolve_principal(args.as_name, store=AccessStore(store)))
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in the environment and no passwd entry (a container)
+        return f"uid {os.getuid()}"
+
+
+def cmd_permissions(args: argparse.Namespace) -> int:
+    """Sync a source's groups, then its documents' permissions, in-process (the permissions DAG's
+    two tasks); exit 1 when some documents' permissions could not be read (they are private)."""
+    source = _source_or_none(args.source)
+    if source is None:
+        return 2
+    if not syncs_permissions(source):
+        print(
+            f"{source.source_id} has no permissions to sync: a {source.kind} source without an acl block is public",
+            file=sys.stderr,
+        )
+        return 2
+    started = time.monotonic()
+    store = open_state_store()
+    try:
+        groups = run_group_sync(source, store).to_dict()
+        perms = run_permission_sync(source, store, lambda: open_index(source.index)).to_dict()
+    finally:
+        store.close()
+    seconds = time.monotonic() - started
+    text = permissions_summary_text(source.source_id, groups, perms, seconds)
+    _emit({"source": source.source_id, "groups": groups, "permissions": perms, "seconds": seconds}, args.json, text)
+    return 1 if perms.get("unknown") else 0
 
 
 def _query(read: Callable[[StateStore], T]) -> T:
@@ -279,7 +353,17 @@ def build_parser(prog: str = "python -m plugins.engine.cli") -> argparse.Argumen
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--source", help="source whose index to search (default: the default index)")
     p.add_argument("--mode", choices=SEARCH_MODES, default="bm25", help="ranking (vector/hybrid embed the query)")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument(
+        "--as", dest="as_name", metavar="NAME", help="search as this user (principals file; default: public only)"
+    )
+    who.add_argument(
+        "--all", action="store_true", help="admin: unrestricted, every document whatever its permissions (logged)"
+    )
     p.set_defaults(fn=cmd_search)
+    p = sub.add_parser("permissions", parents=[common], help="re-read a source's groups and permissions now")
+    p.add_argument("source", help="source id, e.g. feishu:handbook")
+    p.set_defaults(fn=cmd_permissions)
     p = sub.add_parser("runs", parents=[common])
     p.add_argument("--source")
     p.add_argument("--limit", type=int, default=20)

@@ -1,5 +1,6 @@
 """Human text of the command line (``plugins.engine.cli``): a sync's summary, the runs table,
-search scores. ``--json`` prints the records themselves; these are for people."""
+search scores and who a search ran as, a permission sync's summary. ``--json`` prints the
+records themselves; these are for people."""
 
 from __future__ import annotations
 
@@ -7,9 +8,20 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from include.acl import ANONYMOUS, Principal
 from plugins.engine.lineage import warnings_text
+from plugins.engine.principals import describe_principal
 
-__all__ = ["RUN_COLUMNS", "run_report_text", "runs_table_text", "score_text", "sync_summary_text"]
+__all__ = [
+    "RUN_COLUMNS",
+    "permissions_summary_text",
+    "run_report_text",
+    "runs_table_text",
+    "score_text",
+    "searcher_json",
+    "searcher_text",
+    "sync_summary_text",
+]
 
 # one column order for every row of ``runs`` (a dry run shows what it would do in the same columns)
 RUN_COLUMNS = ("new", "changed", "unchanged", "deleted", "failed", "skipped")
@@ -139,3 +151,60 @@ def score_text(hit: Mapping[str, Any]) -> str:
     text = f"{score:.4g}"
     ranks = [f"{k.removesuffix('_rank')} #{hit[k]}" for k in ("bm25_rank", "vector_rank") if hit.get(k) is not None]
     return text + (f" ({', '.join(ranks)})" if ranks else "")
+
+
+def searcher_text(principal: Principal | None) -> str:
+    """The first line of a search's output: as whom it ran, and so what it could see."""
+    if principal is None:
+        return "unrestricted search (--all): every document, whatever its permissions"
+    if principal is ANONYMOUS:  # no --as (an --as NAME with no identity says its name below)
+        return "as anonymous: public documents only (--as NAME searches as someone)"
+    return f"as {describe_principal(principal)}"
+
+
+def searcher_json(principal: Principal | None) -> dict[str, Any]:
+    """``access`` (``unrestricted`` | ``anonymous`` | ``principal``) and who, for ``--json``."""
+    if principal is None:
+        return {"access": "unrestricted", "as": None}
+    return {
+        "access": "anonymous" if principal.anonymous else "principal",
+        "as": {
+            "name": principal.name,
+            "mapped_by": principal.mapped_by,
+            "users": sorted(principal.users),
+            "groups": sorted(principal.groups),
+            "tenants": sorted(principal.tenants),
+            "notes": list(principal.notes),
+        },
+    }
+
+
+def permissions_summary_text(source: str, groups: Mapping[str, Any], perms: Mapping[str, Any], seconds: float) -> str:
+    """``permissions SOURCE``: documents checked and changed, why some are unknown, requests,
+    groups synced (the ``to_dict()`` of ``GroupSyncResult`` and ``PermissionSyncResult``)."""
+    lines = [
+        f"{source}: permissions {perms.get('outcome', 'success')}, checked {perms.get('checked', 0)} "
+        f"in {seconds:.1f} s — run {perms.get('run_id', '?')}",
+        f"  changed {perms.get('changed', 0)}  unchanged {perms.get('unchanged', 0)}  "
+        f"unknown {perms.get('unknown', 0)} (private)  requests {perms.get('requests', 0)}",
+    ]
+    errors = perms.get("errors") or {}
+    if errors:
+        lines.append("  unknown because: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items())))
+    lines.append("  " + _groups_line(groups))
+    return "\n".join(lines)
+
+
+def _groups_line(groups: Mapping[str, Any]) -> str:
+    if not groups.get("synced"):
+        return "groups: none of its own (its acl block's static groups come from the principals file)"
+    line = (
+        f"groups synced {groups.get('groups', 0)} ({groups.get('memberships', 0)} memberships), "
+        f"requests {groups.get('requests', 0)}"
+    )
+    if groups.get("complete") is False:
+        line += f"; listing incomplete: {groups.get('kept_groups', 0)} groups keep their stored members"
+    errors = groups.get("errors") or {}
+    if errors:
+        line += "; errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
+    return line

@@ -12,19 +12,24 @@ The query is embedded on a bounded pool (:mod:`plugins.engine.query_embedding`):
 (status 502: a bad answer; 503: unreachable, timed out, rate limited or busy), which a ``hybrid``
 search answers with its BM25 ranking and a note instead (:class:`SearchResult`).
 
+Every search is made *as* someone (``principal``, :mod:`plugins.engine.principals`): the index
+returns only chunks of documents one of whose entries the principal holds (``public`` always);
+``principal=None`` is an unrestricted search (an admin's explicit ``--all``, internal callers).
+
 Every hit keeps what the BM25 search always showed: the run that wrote the chunk, the source
 version it came from, and the chunk id that :func:`plugins.engine.lineage.chunk_lineage` traces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from include.acl import Principal
 from include.config import IndexConfig, SourceConfig
 from include.index import IndexBackend, SearchHit, open_index
 from include.index.base import SEARCH_MODES, SearchMode
@@ -108,9 +113,12 @@ def search_index(
     *,
     index_opener: Callable[[IndexConfig], IndexBackend] = open_index,
     embedder_opener: Callable[[SourceConfig], Embedder] = open_source_embedder,
+    principal: Principal | None = None,
 ) -> list[dict[str, Any]]:
     """Best-first hits of ``query`` as JSON rows (:func:`hit_row`); :func:`run_search`'s rows."""
-    return run_search(sources, query, k, source, mode, index_opener=index_opener, embedder_opener=embedder_opener).hits
+    return run_search(
+        sources, query, k, source, mode, index_opener=index_opener, embedder_opener=embedder_opener, principal=principal
+    ).hits
 
 
 def run_search(
@@ -122,8 +130,10 @@ def run_search(
     *,
     index_opener: Callable[[IndexConfig], IndexBackend] = open_index,
     embedder_opener: Callable[[SourceConfig], Embedder] = open_source_embedder,
+    principal: Principal | None = None,
 ) -> SearchResult:
-    """Search as asked. :class:`SearchError`: the search cannot be run as asked;
+    """Search as asked, as ``principal`` (None: unrestricted, every document whatever its
+    permissions; a caller serving a person passes their Principal, ``ANONYMOUS`` for nobody). :class:`SearchError`: the search cannot be run as asked;
     :class:`VectorSearchUnavailable`: a ``vector`` search whose query could not be embedded or
     compared; :class:`~include.index.base.SearchTimeout`: the index's time limit passed.
     ``sources``: the valid sources of the sources file."""
@@ -132,20 +142,21 @@ def run_search(
     chosen = search_source(sources, source, mode)
     terms_note = search_terms(query).note
     notes = [terms_note] if terms_note else []
+    access = principal.entries() if principal is not None else None
     index = index_opener(chosen.index if chosen is not None else IndexConfig())
     try:
         if chosen is None or mode == "bm25":
-            hits = index.search(query, k=k, mode="bm25")
+            hits = index.search(query, k=k, mode="bm25", access=access)
             return SearchResult([hit_row(h, r, "bm25") for r, h in enumerate(hits, 1)], "bm25", notes=notes)
         try:
             vector = embed_query_bounded(lambda: embedder_opener(chosen), query)
             # vectors are compared within their source (its model)
-            hits = _vector_search(index, query, k, chosen.source_id, mode, vector)
+            hits = _vector_search(index, query, k, chosen.source_id, mode, vector, access)
         except VectorSearchUnavailable as exc:
             if mode == "vector":
                 raise
             notes.append(f"vector search unavailable: {exc}; showing BM25")
-            hits = index.search(query, k=k, source=chosen.source_id, mode="bm25")
+            hits = index.search(query, k=k, source=chosen.source_id, mode="bm25", access=access)
             rows = [hit_row(h, r, "bm25") for r, h in enumerate(hits, 1)]
             return SearchResult(rows, "bm25", degraded="bm25_only", notes=notes)
     finally:
@@ -154,12 +165,18 @@ def run_search(
 
 
 def _vector_search(
-    index: IndexBackend, query: str, k: int, within: str, mode: SearchMode, vector: npt.NDArray[np.float32]
+    index: IndexBackend,
+    query: str,
+    k: int,
+    within: str,
+    mode: SearchMode,
+    vector: npt.NDArray[np.float32],
+    access: Collection[str] | None,
 ) -> list[SearchHit]:
     """The index's vector or hybrid ranking; a query vector the index cannot compare (another
     size than its vectors) is a bad answer of the embedder, not a server error."""
     try:
-        return index.search(query, k=k, source=within, mode=mode, query_vector=vector)
+        return index.search(query, k=k, source=within, mode=mode, query_vector=vector, access=access)
     except ValueError as exc:
         raise VectorSearchUnavailable("bad_dimension", str(exc), status=502) from None
     except VectorsUnavailable as exc:  # this index cannot search vectors (sqlite-vec not loaded)

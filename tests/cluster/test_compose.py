@@ -377,6 +377,7 @@ CODE_NEEDS = {
     "TRIBUTARY_SOURCES",
     "TRIBUTARY_REDIS_URL",
     "TRIBUTARY_INDEX_BACKEND",
+    "TRIBUTARY_PRINCIPALS",  # plugins/engine/principals.py: the search page's and the CLI's principals file
     "ELASTICSEARCH_URL",
     "PYTHONPATH",
 }

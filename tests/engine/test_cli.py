@@ -30,7 +30,9 @@ def _json(capsys, argv: list[str]) -> object:
 
 
 def test_search_run_item_chunk(synced: str, capsys) -> None:
-    hits = _json(capsys, ["search", "deepest lake"])
+    found = _json(capsys, ["search", "deepest lake"])
+    assert found["access"] == "anonymous"  # no --as: public documents only (a files source without acl is public)
+    hits = found["hits"]
     assert hits[0]["title"] and "Baikal" in hits[0]["text"]
     runs = _json(capsys, ["runs", "--source", synced])
     run_id = runs[0]["run_id"]

@@ -105,7 +105,7 @@ def test_cli_refuses_vector_search_of_a_bm25_only_source(
     assert main(["search", "deepest lake", "--mode", "hybrid"]) == 2
     assert "every configured source is BM25 only" in capsys.readouterr().err
     assert main(["search", "deepest lake", "--json"]) == 0  # bm25 (the default) as before
-    hits = json.loads(capsys.readouterr().out)
+    hits = json.loads(capsys.readouterr().out)["hits"]
     assert "Baikal" in hits[0]["text"] and hits[0]["run_id"] and hits[0]["mode"] == "bm25"
 
 
@@ -127,10 +127,10 @@ def test_cli_hybrid_search_with_the_local_model_end_to_end(
     assert json.loads(capsys.readouterr().out)["counts"]["chunks_embedded"] == 0
     # no word in common with the salmon note: only the vector ranking can find it
     assert main(["search", "fish migrating to breed", "--mode", "vector", "-k", "1", "--json"]) == 0
-    (hit,) = json.loads(capsys.readouterr().out)
+    (hit,) = json.loads(capsys.readouterr().out)["hits"]
     assert "Salmon" in hit["text"] and hit["embedding_model"].startswith("local:")
     assert main(["search", "which lake is deepest", "--mode", "hybrid", "--json"]) == 0
-    hybrid = json.loads(capsys.readouterr().out)
+    hybrid = json.loads(capsys.readouterr().out)["hits"]
     assert "Baikal" in hybrid[0]["text"] and hybrid[0]["run_id"] and hybrid[0]["lineage"]["chunk_id"]
     assert main(["search", "fish migrating to breed", "--mode", "vector"]) == 0
     assert "lineage: chunk" in capsys.readouterr().out

@@ -2,6 +2,9 @@
 
     discover -> fetch (mapped over batches) -> parse -> chunk -> upsert -> commit -> summary
 
+and one permissions DAG, ``perms_<kind>_<name>`` (``sync_groups -> sync_permissions`` every
+``permission_sync_minutes``), per source that has permissions to keep current (``permissions.py``).
+
 Everything the DAG does lives in ``plugins/tributary_airflow/operators`` (the tasks),
 ``plugins/tributary_airflow/callbacks.py`` (the failure callbacks) and ``plugins/engine``; this
 package only wires tasks together (``build.py``) and declares the trigger form (``params.py``),
@@ -24,15 +27,18 @@ from plugins.tributary_airflow.dag_factory.build import (
     schedule_for,
 )
 from plugins.tributary_airflow.dag_factory.params import trigger_params
+from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag, permissions_dag_id
 
 __all__ = [
     "FETCH_OPERATORS",
     "InvalidSourcesError",
     "build_dag",
     "build_dags",
+    "build_permissions_dag",
     "check_sources",
     "fetch_operator",
     "index_asset",
+    "permissions_dag_id",
     "schedule_for",
     "trigger_params",
 ]

@@ -14,9 +14,10 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 from include.config import SourceConfig, load_sources_report
 from include.loading import load_class
 from include.settings import get_settings
-from plugins.connectors.base import source_partitions, validate_source_options
+from plugins.connectors.base import source_partitions, syncs_permissions, validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
+from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag
 from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
@@ -189,7 +190,9 @@ def check_sources(sources_file: Path | None = None) -> None:
 
 
 def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
-    """Every valid configured source's DAG, keyed by DAG id.
+    """Every valid configured source's DAG, keyed by DAG id, and the permissions DAG
+    (``perms_<kind>_<name>``) of each source with permissions to keep current
+    (:func:`~plugins.connectors.base.syncs_permissions`).
 
     An invalid source (a typo'd option, a credential in the config...) gets no DAG; it is logged
     here and reported as an import error by :func:`check_sources`.
@@ -197,4 +200,9 @@ def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
     sources, errors = load_sources_report(sources_file or get_settings().sources_file, validate_source_options)
     for error in errors:
         log.error("source not built: %s", error.message)
-    return {src.dag_id: build_dag(src) for src in sources}
+    dags = {src.dag_id: build_dag(src) for src in sources}
+    for src in sources:
+        if syncs_permissions(src):
+            perms = build_permissions_dag(src)
+            dags[perms.dag_id] = perms
+    return dags
