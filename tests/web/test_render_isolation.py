@@ -245,7 +245,8 @@ SECRET = "ACCT-4242-credential-only"
 # The page reads a text the site gives the crawler only, then tries every way out it has
 # that request interception does not see: WebRTC (STUN/TURN by address and by a host name made of
 # the secret: a DNS query is a message out), in its own frame and in a fresh iframe; a
-# SharedWorker's fetch; a WebSocket. It keeps changing its DOM for a second, so the render lasts.
+# SharedWorker's fetch; a WebSocket. It writes what it tried at once (a loaded machine may end the
+# render at any quiet moment), then keeps changing its DOM for a second, so the render lasts.
 EXFIL_JS = """
 (async () => {
   const secret = await (await fetch('/secret.txt')).text();
@@ -268,12 +269,12 @@ EXFIL_JS = """
   peer(frame.contentWindow.RTCPeerConnection, 'iframe');
   try { new SharedWorker('/worker.js'); tries.push('shared worker'); } catch (e) { tries.push('worker: ' + e.name); }
   try { new WebSocket('ws://' + location.host + '/socket'); } catch (e) { tries.push('socket: ' + e.name); }
+  const p = document.createElement('p'); p.id = 'tries'; p.textContent = tries.join('; ');
+  document.body.appendChild(p);
   for (let i = 0; i < 10; i++) {
     await new Promise(r => setTimeout(r, 100));
     const p = document.createElement('p'); p.textContent = 'tick ' + i; document.body.appendChild(p);
   }
-  const p = document.createElement('p'); p.id = 'tries'; p.textContent = tries.join('; ');
-  document.body.appendChild(p);
 })();
 """
 CRAWLER_AGENT = "tributary-crawler-test"  # the site serves the secret to this agent only
