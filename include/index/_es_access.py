@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from elasticsearch import Elasticsearch
 
 from include.index._es_acl import access_fields, stored_access
-from include.index._es_bulk import BulkOp, BulkReport, run_bulk, update_op
+from include.index._es_bulk import BulkOp, BulkReport, update_op
 from include.index.base import normalize_entries
 
 __all__ = ["AccessUpdateError", "EsAccess"]
@@ -74,6 +74,9 @@ class EsAccess(abc.ABC):
     ) -> Iterator[tuple[str, dict[str, Any]]]: ...
 
     @abc.abstractmethod
+    def _bulk(self, ops: Sequence[BulkOp], report: BulkReport) -> BulkReport: ...
+
+    @abc.abstractmethod
     def _rebuild_target(self) -> tuple[str, str | None] | None: ...
 
     def _chunks_of(self, index: str, source: str, doc_ids: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -97,17 +100,7 @@ class EsAccess(abc.ABC):
                     fields = {**access_fields(entries), "updated_at": now}
                     update = {"doc": fields, "retry_on_conflict": _RETRY_ON_CONFLICT}
                     ops.append(update_op(target, src["doc_id"], chunk_id, update))
-        report = run_bulk(
-            self._bulk_es,
-            ops,
-            max_count=self.bulk_max_count,
-            max_bytes=self.bulk_max_bytes,
-            max_attempts=self.max_attempts,
-            initial_backoff=self.initial_backoff,
-            max_backoff=self.max_backoff,
-            refresh=self.refresh,
-            report=BulkReport(),
-        )
+        report = self._bulk(ops, BulkReport())
         if report.errors:
             raise AccessUpdateError(report.errors)
         return len({op.doc_id for op in ops})

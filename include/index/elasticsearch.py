@@ -56,6 +56,7 @@ from include.index._es_acl import ACCESS_FIELDS, access_query, stored_access
 from include.index._es_bulk import (
     STAMP_FIELDS,
     STATE_FIELDS,
+    BulkOp,
     BulkReport,
     plan_writes,
     run_bulk,
@@ -256,17 +257,7 @@ class ElasticsearchIndex(Generations, EsAccess, IndexBackend):
             acls=acls,
         )
         report = BulkReport()
-        bulk = functools.partial(
-            run_bulk,
-            self._bulk_es,
-            max_count=self.bulk_max_count,
-            max_bytes=self.bulk_max_bytes,
-            max_attempts=self.max_attempts,
-            initial_backoff=self.initial_backoff,
-            max_backoff=self.max_backoff,
-            refresh=self.refresh,
-            report=report,
-        )
+        bulk = functools.partial(self._bulk, report=report)
         bulk(plan.first_wave())
         bulk(plan.second_wave(set(report.errors)))  # stale chunks of documents whose writes all landed
         results = []
@@ -332,6 +323,20 @@ class ElasticsearchIndex(Generations, EsAccess, IndexBackend):
         for cid, src in self._scan(index, query, ["doc_id"]):
             out.setdefault(src["doc_id"], set()).add(cid)
         return out
+
+    def _bulk(self, ops: Sequence[BulkOp], report: BulkReport) -> BulkReport:
+        """``ops`` through ``streaming_bulk`` with this index's batch sizes and retries."""
+        return run_bulk(
+            self._bulk_es,
+            ops,
+            max_count=self.bulk_max_count,
+            max_bytes=self.bulk_max_bytes,
+            max_attempts=self.max_attempts,
+            initial_backoff=self.initial_backoff,
+            max_backoff=self.max_backoff,
+            refresh=self.refresh,
+            report=report,
+        )
 
     def _scan(
         self, index: str, query: Mapping[str, Any], fields: list[str] | None, source: Any = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from include.settings import get_settings
 from plugins.connectors.base import source_partitions, syncs_permissions, validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
-from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag
+from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag, task_limits
 from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
@@ -92,14 +91,7 @@ def _default_args() -> dict[str, Any]:
     The time limit is the backstop for a task that hangs where no deadline of ours reaches (a C
     library stuck in one call, a bug): Airflow fails it, the failure callback closes the run, the
     retry starts over from the committed state instead of the run staying "running" forever."""
-    return {
-        "execution_timeout": dt.timedelta(minutes=float(os.environ.get("TRIBUTARY_TASK_TIMEOUT_MINUTES", "120"))),
-        "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
-        "retry_delay": dt.timedelta(seconds=float(os.environ.get("TRIBUTARY_RETRY_DELAY_SECONDS", "30"))),
-        "retry_exponential_backoff": True,
-        "max_retry_delay": dt.timedelta(minutes=10),
-        "on_failure_callback": on_task_failure,
-    }
+    return {**task_limits(), "on_failure_callback": on_task_failure}
 
 
 def _dag(source: SourceConfig) -> DAG:

@@ -22,7 +22,7 @@ from airflow.timetables.trigger import DeltaTriggerTimetable
 from include.config import SourceConfig
 from plugins.tributary_airflow.operators.permissions import SyncGroupsOperator, SyncPermissionsOperator
 
-__all__ = ["PERMISSIONS_DAG_DOC", "build_permissions_dag", "permissions_dag_id"]
+__all__ = ["PERMISSIONS_DAG_DOC", "build_permissions_dag", "permissions_dag_id", "task_limits"]
 
 PERMISSIONS_DAG_DOC = """\
 ### Permissions of `{source_id}`
@@ -39,10 +39,11 @@ def permissions_dag_id(source: SourceConfig) -> str:
     return f"perms_{source.kind}_{source.name}"
 
 
-def _default_args() -> dict[str, Any]:
-    """The sync DAG's retries and time limit, without its failure callback: that one closes a
-    content run and drops a half-written rebuild, and a permission sync closes its own run
-    (``plugins.engine.permissions``: failed, with the error, when it raises)."""
+def task_limits() -> dict[str, Any]:
+    """Every task's retries (backoff capped at 10 min) and time limit, for the sync DAG and this
+    one. This DAG adds no failure callback: the sync DAG's closes a content run and drops a
+    half-written rebuild, and a permission sync closes its own run (``plugins.engine.permissions``:
+    failed, with the error, when it raises)."""
     return {
         "execution_timeout": dt.timedelta(minutes=float(os.environ.get("TRIBUTARY_TASK_TIMEOUT_MINUTES", "120"))),
         "retries": int(os.environ.get("TRIBUTARY_TASK_RETRIES", "2")),
@@ -69,7 +70,7 @@ def build_permissions_dag(source: SourceConfig) -> DAG:
         doc_md=PERMISSIONS_DAG_DOC.format(
             source_id=sid, minutes=minutes, index=source.index.name, backend=source.index.backend
         ),
-        default_args=_default_args(),
+        default_args=task_limits(),
     ) as dag:
         SyncGroupsOperator(task_id="sync_groups", source=sid) >> SyncPermissionsOperator(
             task_id="sync_permissions", source=sid
