@@ -231,6 +231,11 @@ def test_search_page_highlights_labels_and_links(site: dict[str, Any], browser: 
     assert not snippet.startswith("Frequently asked questions"), snippet  # the title is not said twice
     assert browser.eval("document.querySelector('#hits a[href^=\"file://\"]').innerText").endswith("faq.md")
     assert browser.eval("document.querySelector('#hits td.score').innerText").startswith("BM25 ")
+    # served without Airflow's auth there is no user: the page says the search was unrestricted
+    assert (
+        browser.eval("document.querySelector('#search-as').innerText")
+        == "Searching unrestricted: every document, whatever its permissions"
+    )
     # a hostile query is escaped before it is marked
     _open(browser, site, "/search?q=%3Cb%3Eaccess%3C%2Fb%3E&source=files%3Aops", "search-escaped")
     assert browser.eval("document.querySelectorAll('#hits td.snippet b').length") == 0

@@ -82,13 +82,15 @@ async def require_user(request: Request) -> Any:
     if not token:
         raise _refused(request, _unauthorized("Not authenticated", error=None))
     try:
-        return await resolve_user_from_token(token)
+        user = await resolve_user_from_token(token)
     except HTTPException as exc:
         # Airflow: 401 for an expired token, 403 for any other invalid one
         raise _refused(request, _unauthorized("Token expired" if exc.status_code == 401 else "Invalid token")) from None
     except Exception as exc:  # the validator's own failure: still not an authenticated request
         log.warning("audit request refused: token validation raised %s", type(exc).__name__)
         raise _refused(request, _unauthorized("Invalid token")) from None
+    request.state.airflow_user = user  # who the search runs as (routes_search.searcher)
+    return user
 
 
 async def login_redirect(request: Request, exc: Exception) -> RedirectResponse:

@@ -14,24 +14,57 @@ from urllib.parse import quote
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
+from include.acl import Principal
 from include.index.base import SearchMode, SearchTimeout
 from include.index.query_text import search_terms
 from include.stores import StateStore
+from include.stores.access import AccessStore
+from plugins.engine.cli_format import searcher_json
+from plugins.engine.principals import PrincipalsError, describe_principal, is_admin, resolve_principal
 from plugins.engine.search import SearchError, SearchResult, VectorSearchUnavailable, run_search
 from plugins.tributary_airflow.ui import views
 from plugins.tributary_airflow.ui.common import Limit, Pages, Store, parse_since, root_path, valid_sources
 
-__all__ = ["SEARCH_FAILURES", "add_search_routes", "search", "search_failure"]
+__all__ = ["SEARCH_FAILURES", "add_search_routes", "search", "search_failure", "searcher"]
 
 SearchQuery = Annotated[str, Query(min_length=1, max_length=2000, description="the search text")]
 SEARCH_FAILURES = (VectorSearchUnavailable, SearchTimeout)
 
 
-def search(request: Request, q: str, mode: SearchMode, source: str | None, limit: int) -> SearchResult:
-    """The engine's search, each row with links to its chunk's lineage and its run (page and JSON).
-    :class:`VectorSearchUnavailable` and :class:`SearchTimeout` go to the caller (see ``search_failure``)."""
+def searcher(request: Request, store: StateStore) -> Principal | None:
+    """Who a search from these pages runs as: the signed-in Airflow user, resolved like
+    ``search --as`` (their username, their account's e-mail); an admin of the principals file
+    searches unrestricted (None). An app served without Airflow's auth (``create_app(
+    require_auth=False)``, tests only) has no user and is unrestricted. A broken principals file
+    is a 503: no search rather than one as the wrong person."""
+    user = getattr(request.state, "airflow_user", None)
+    if user is None:
+        return None
+    name = str(user.get_name())
     try:
-        result = run_search(valid_sources(), q, k=limit, source=source or None, mode=mode)
+        if is_admin(name):
+            return None
+        email = getattr(user, "email", None)
+        return resolve_principal(name, email=str(email) if email else None, store=AccessStore(store))
+    except PrincipalsError as exc:
+        raise HTTPException(status_code=503, detail=f"cannot tell who is searching: {exc}") from None
+
+
+def searcher_text(principal: Principal | None) -> str:
+    """The page's line on who the search ran as (the CLI's words, without its flags)."""
+    if principal is None:
+        return "unrestricted: every document, whatever its permissions"
+    return f"as {describe_principal(principal)}"
+
+
+def search(
+    request: Request, q: str, mode: SearchMode, source: str | None, limit: int, principal: Principal | None
+) -> SearchResult:
+    """The engine's search as ``principal``, each row with links to its chunk's lineage and its run
+    (page and JSON). :class:`VectorSearchUnavailable` and :class:`SearchTimeout` go to the caller
+    (see ``search_failure``)."""
+    try:
+        result = run_search(valid_sources(), q, k=limit, source=source or None, mode=mode, principal=principal)
     except SearchError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
     root = root_path(request)
@@ -96,14 +129,26 @@ def _rows(hits: list[dict[str, Any]], q: str) -> list[dict[str, Any]]:
 def add_search_routes(app: FastAPI, pages: Pages) -> None:
     @app.get("/api/search")
     def api_search(
-        request: Request, q: SearchQuery, mode: SearchMode = "bm25", source: str | None = None, limit: Limit = 10
+        request: Request,
+        store: Store,
+        q: SearchQuery,
+        mode: SearchMode = "bm25",
+        source: str | None = None,
+        limit: Limit = 10,
     ) -> Any:
+        principal = searcher(request, store)
         try:
-            result = search(request, q, mode, source, limit)
+            result = search(request, q, mode, source, limit, principal)
         except SEARCH_FAILURES as exc:
             status, body = search_failure(exc)
             return JSONResponse(body, status_code=status)
-        headers = {"X-Search-Degraded": result.degraded} if result.degraded else None
+        who = searcher_json(principal)
+        # the body stays the list of hits; who it ran as rides in headers
+        headers = {"X-Search-Access": who["access"]}
+        if who["as"]:
+            headers["X-Search-As"] = quote(who["as"]["name"], safe="@")
+        if result.degraded:
+            headers["X-Search-Degraded"] = result.degraded
         return JSONResponse(result.hits, headers=headers)
 
     @app.get("/search", response_class=HTMLResponse)
@@ -118,10 +163,11 @@ def add_search_routes(app: FastAPI, pages: Pages) -> None:
     ) -> HTMLResponse:
         result, status = None, 200
         cutoff, error = parse_since(changed_since)
+        principal = searcher(request, store)
         if q.strip() and error is None:
             try:
                 # a date filter drops hits after ranking: read deeper so a page still fills
-                result = search(request, q, mode, source, min(limit * 5, 500) if cutoff else limit)
+                result = search(request, q, mode, source, min(limit * 5, 500) if cutoff else limit, principal)
             except HTTPException as exc:  # shown on the page, beside the form that asked
                 error = exc.detail
             except SEARCH_FAILURES as exc:  # the same, with the API's status
@@ -141,6 +187,7 @@ def add_search_routes(app: FastAPI, pages: Pages) -> None:
             rows=_rows(hits, q),
             searched=result is not None,
             notes=result.notes if result else [],
+            searcher=searcher_text(principal),
             error=error,
             sources=valid_sources(),
         )
