@@ -2,6 +2,9 @@
 with random permissions, and, computed from the generation alone (never from the code under
 test), who may read each document.
 
+Both halves are served: the Yuque simulator (repos and docs at their levels, groups) and the
+Feishu simulator (docx documents with collaborators and link shares, chats, departments).
+
 Seeded (:data:`SEED`), so a failure reproduces. The same people exist in both sources: each has an
 e-mail, a Feishu ``open_id`` and a Yuque login, mapped in a principals file
 (:func:`principals_yaml`). Groups: Yuque groups (whose private repos their members read) and
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from include.config import SourceConfig
+from tests.simulators.feishu import FeishuSimulator
 from tests.simulators.yuque import SimDoc, SimRepo, YuqueSimulator
 from tests.support.server import serve_asgi
 
@@ -136,8 +140,9 @@ def yuque_readers(org: Org, doc: OrgDoc) -> tuple[frozenset[str], bool]:
 
 
 def revise(org: Org, seed: int = SEED + 1) -> tuple[Org, list[OrgDoc], dict[str, frozenset[str]]]:
-    """A copy of ``org`` after a round of permission changes: two people leave a Yuque group,
-    a tenth of the Yuque docs get another level of their own. Returns (revised org, the docs
+    """A copy of ``org`` after a round of permission changes: two people leave a Yuque group
+    and two a Feishu chat, a tenth of the Yuque docs get another level of their own, a tenth of
+    the Feishu docs another collaborator list (one person, sharing closed). Returns (revised org, the docs
     whose level changed, the groups whose members changed)."""
     rng = random.Random(seed)
     new = copy.deepcopy(org)
@@ -151,10 +156,18 @@ def revise(org: Org, seed: int = SEED + 1) -> tuple[Org, list[OrgDoc], dict[str,
         if d.source == "yuque" and d.kind != "unreadable" and rng.random() < 0.1:
             d.doc_level = rng.choice([lvl for lvl in (0, 1, 2) if lvl != d.doc_level])
             changed.append(d)
+    chat = FEISHU_CHATS[rng.randrange(len(FEISHU_CHATS))]
+    new.groups[chat] = new.groups[chat] - set(sorted(new.groups[chat])[:2])  # two people leave a chat
+    for d in new.docs:
+        if d.source == "feishu" and d.kind != "unreadable" and rng.random() < 0.1:
+            d.members, d.link, d.public = (("openid", f"ou_{rng.choice(new.names())}"),), None, False
+            changed.append(d)
     for d in new.docs:
         if d.source == "yuque":
             d.readers, d.public = yuque_readers(new, d)
-    return new, changed, {group: new.groups[group]}
+        else:
+            d.readers = feishu_readers(new, d)
+    return new, changed, {group: new.groups[group], chat: new.groups[chat]}
 
 
 def _yuque_doc(rng: random.Random, org: Org, word: str) -> OrgDoc:
@@ -189,11 +202,25 @@ def _feishu_doc(rng: random.Random, org: Org, word: str) -> OrgDoc:
         return OrgDoc("feishu", word, kind, frozenset())
     users = rng.sample(org.names(), rng.randint(1, 4)) if kind in ("users", "mixed") else []
     groups = rng.sample(FEISHU_CHATS + FEISHU_DEPARTMENTS, rng.randint(1, 2)) if kind in ("groups", "mixed") else []
-    readers = set(users).union(*(org.groups[g] for g in groups))
     members = tuple(("openid", f"ou_{u}") for u in users) + tuple(
         ("openchat" if g.startswith("oc_") else "opendepartmentid", g) for g in groups
     )
-    return OrgDoc("feishu", word, kind, frozenset(readers), members=members)
+    doc = OrgDoc("feishu", word, kind, frozenset(), members=members)
+    doc.readers = feishu_readers(org, doc)
+    return doc
+
+
+def feishu_readers(org: Org, doc: OrgDoc) -> frozenset[str]:
+    """Who may read a Feishu doc: everyone for a link share, nobody when its permissions cannot
+    be read, else the people it names and the members of the chats and departments it names."""
+    if doc.link in ("tenant", "anyone"):
+        return frozenset(org.names())
+    if doc.kind == "unreadable":
+        return frozenset()
+    found: set[str] = set()
+    for member_type, member in doc.members:
+        found |= {member.removeprefix("ou_")} if member_type == "openid" else set(org.groups[member])
+    return frozenset(found)
 
 
 def principals_yaml(org: Org) -> str:
@@ -271,7 +298,69 @@ def yuque_source(org: Org, mp: pytest.MonkeyPatch) -> Iterator[Served]:
         )
 
 
-SOURCES = (yuque_source,)
+_FEISHU_SECRET = "leaks-feishu-secret-0123456789"
+# the simulator answers as fast as it can: the documented budgets would only slow the test
+_UNLIMITED = {api: [[10000, 1]] for api in ("list", "meta", "docx_get", "perm_members", "perm_public")}
+
+
+def _feishu_drive(org: Org) -> tuple[FeishuSimulator, str, dict[str, str]]:
+    """The Feishu half: the departments (everyone in one, the rest in the root, so the tenant
+    is everyone), the chats, one folder of docx documents with their collaborators and links."""
+    sim = FeishuSimulator(app_id="cli_leaks", app_secret=_FEISHU_SECRET, export_pending_polls=1)
+    perms = sim.perms
+    in_department: set[str] = set()
+    for dept in FEISHU_DEPARTMENTS:
+        perms.parent_department[dept] = "0"
+        perms.departments[dept] = [Person(n).open_id for n in sorted(org.groups[dept])]
+        in_department |= org.groups[dept]
+    perms.departments["0"] = [p.open_id for p in org.people if p.name not in in_department]
+    for chat in FEISHU_CHATS:
+        perms.chats[chat] = [Person(n).open_id for n in sorted(org.groups[chat])]
+    root = sim.add_folder("Org")
+    handles: dict[str, str] = {}
+    for d in org.docs:
+        if d.source == "feishu":
+            handles[d.word] = token = sim.add("docx", f"Doc {d.word}", root, d.text)
+            _feishu_perms(sim, token, d)
+            if d.kind == "unreadable":
+                perms.refused[token] = (403, 1063002)
+    return sim, root, handles
+
+
+def _feishu_perms(sim: FeishuSimulator, token: str, doc: OrgDoc) -> None:
+    sim.perms.members[token] = list(doc.members)
+    sim.perms.link_share[token] = {"tenant": "tenant_readable", "anyone": "anyone_readable"}.get(
+        doc.link or "", "closed"
+    )
+    sim.perms.external_access[token] = "open" if doc.link == "anyone" else "closed"
+
+
+@contextmanager
+def feishu_source(org: Org, mp: pytest.MonkeyPatch) -> Iterator[Served]:
+    """The Feishu simulator on 127.0.0.1 and a source syncing its folder (docx as raw text)."""
+    sim, root, handles = _feishu_drive(org)
+
+    def apply(revised: Org, docs: list[OrgDoc], groups: dict[str, frozenset[str]]) -> None:
+        for d in docs:
+            if d.source == "feishu":
+                _feishu_perms(sim, handles[d.word], d)  # no timestamp moves: only a permission sync sees it
+        for g, members in groups.items():
+            if g in FEISHU_CHATS:
+                sim.perms.chats[g] = [Person(n).open_id for n in sorted(members)]
+
+    with serve_asgi(sim.app) as url:
+        conn = {"conn_type": "http", "login": sim.app_id, "password": sim.app_secret, "host": url}
+        mp.setenv("AIRFLOW_CONN_FEISHU_LEAKS", json.dumps(conn))
+        options = {
+            "folders": [root], "tenant_url": sim.tenant_url, "docx_fetch": "raw_content",
+            "rate_limits": _UNLIMITED, "client": {"max_attempts": 2},
+        }  # fmt: skip
+        yield Served(
+            SourceConfig(kind="feishu", name="leaks", conn_id="feishu_leaks", options=options, batch_size=50), apply
+        )
+
+
+SOURCES = (yuque_source, feishu_source)
 
 
 def drop_es_index(url: str, alias: str) -> None:

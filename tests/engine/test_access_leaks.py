@@ -2,10 +2,9 @@
 source simulators; for every person and for an anonymous searcher, every search mode returns only
 documents that person may read (0 leaks) and finds every one they may read (recall).
 
-Sources: :data:`tests.engine._acl_org.SOURCES`. Today the Yuque simulator alone (500 documents,
-60 people, 10 Yuque groups): the Feishu permission reader and its simulator routes were
-not in the tree when this was written; ``_acl_org`` already draws Feishu documents (members by
-open_id, chats, departments, link shares, 403s) for the Feishu source to serve when it joins.
+Sources: :data:`tests.engine._acl_org.SOURCES`: the Yuque simulator (300 documents, 10 Yuque
+groups) and the Feishu simulator (200 documents: collaborators by open_id, chats and
+departments, tenant and public link shares, 403s on the permission API), 60 people in both.
 
 Ground truth comes from the generation (:mod:`tests.engine._acl_org`), never from the code under
 test: who is in which group, which document names whom. The engine syncs the sources
@@ -55,7 +54,7 @@ from tests.index.conftest import ES_URL
 from tests.index.es_simulator import EsSimulator
 from tests.support.server import serve_asgi
 
-N_YUQUE, N_FEISHU = 500, 0
+N_YUQUE, N_FEISHU = 300, 200  # 500 documents across the two sources
 DIMS = 8
 _WORD = re.compile(r"\b(?:yq|fs)\d{4}word\b")
 MODES: tuple[SearchMode, ...] = ("bm25", "vector", "hybrid")

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from tests.simulators._feishu_hostile import HostileBodies
+from tests.simulators._feishu_perms import permission_routes
 from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, META_DOC_TYPES, ONLINE_TYPES, _Task
 from tests.support.leakscan import register_secret
 
@@ -20,7 +21,16 @@ if TYPE_CHECKING:
 def build_app(sim: FeishuSimulator) -> FastAPI:
     app = FastAPI(title="Feishu simulator")
     exports = (_export_routes, _export_poll_routes, _download_routes)
-    for register in (_auth_routes, _drive_routes, _meta_routes, *exports, _wiki_routes, _docs_routes, _control_routes):
+    for register in (
+        _auth_routes,
+        _drive_routes,
+        _meta_routes,
+        *exports,
+        _wiki_routes,
+        _docs_routes,
+        permission_routes,
+        _control_routes,
+    ):
         register(app, sim)
     app.add_middleware(HostileBodies, switches=sim.hostile)
     return app

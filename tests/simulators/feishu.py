@@ -17,6 +17,8 @@ Implements the calls a drive sync makes, with the documented shapes and codes:
 - ``GET /open-apis/drive/v1/export_tasks/file/:file_token/download`` and
   ``GET /open-apis/drive/v1/files/:file_token/download`` with either Content-Disposition style.
 - ``GET /open-apis/wiki/v2/spaces/:space_id/nodes``.
+- permissions and the directory (collaborators, public settings, wiki space members, chats,
+  departments): ``_feishu_perms``.
 - 429 bursts with ``x-ogw-ratelimit-reset`` (:meth:`burst`), optional enforcement of per-API
   limits (``enforce_limits``), and counters the tests read (:attr:`counters`); hostile bodies
   (padded JSON, gzip-of-gzip downloads: :attr:`hostile`, see ``_feishu_hostile``).
@@ -42,6 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from tests.simulators._feishu_hostile import HostileAnswers
+from tests.simulators._feishu_perms import SimPermissions
 from tests.support.leakscan import register_secret
 
 __all__ = ["DEMO_ROOT", "FeishuSimulator", "SimItem", "demo_drive"]
@@ -187,6 +190,7 @@ class FeishuSimulator:
     # api -> queued (HTTP status, code) answers after the auth check (e.g. bitable's HTTP 200 + code)
     api_errors: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     hostile: HostileAnswers = field(default_factory=HostileAnswers)  # oversized / bomb bodies
+    perms: SimPermissions = field(default_factory=SimPermissions)  # collaborators, link shares, directory
 
     def __post_init__(self) -> None:
         register_secret("feishu app_secret", self.app_secret)  # the session-end log scan looks for it

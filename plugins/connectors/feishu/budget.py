@@ -40,6 +40,16 @@ DEFAULT_LIMITS: dict[str, tuple[tuple[int, float], ...]] = {
     "user_token": ((50, 1.0), (1000, 60.0)),
     # root_folder/meta documents no limit: a conservative guess, overridable with rate_limits.
     "root_meta": ((5, 1.0),),
+    # Permission and directory reads (issue 35). Their pages document no limit we could check:
+    # the drive tier of 50/s and 1000/min is assumed, overridable with rate_limits; a server 429
+    # is still honoured through its reset hint.
+    "perm_members": ((50, 1.0), (1000, 60.0)),
+    "perm_public": ((50, 1.0), (1000, 60.0)),
+    "wiki_members": ((50, 1.0), (1000, 60.0)),
+    "contact_departments": ((50, 1.0), (1000, 60.0)),
+    "contact_users": ((50, 1.0), (1000, 60.0)),
+    "chats": ((50, 1.0), (1000, 60.0)),
+    "chat_members": ((50, 1.0), (1000, 60.0)),
 }
 
 

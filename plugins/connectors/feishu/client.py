@@ -221,6 +221,7 @@ class FeishuClient:
         # one policy object, so that its stats (retry/feishu/*) count every call of this client
         self.retries = feishu_retry(settings.max_attempts, settings.rate_limit_max_wait)
         self._policy = self.retries.kwargs()
+        self.sent = 0  # requests sent (the permission sync reports its cost with it)
 
     def close(self) -> None:
         self._http.close()
@@ -283,6 +284,7 @@ class FeishuClient:
 
     def _exchange(self, method: str, path: str, what: str, **kwargs: Any) -> Answer:
         """One request, its answer read capped (``max_response_bytes``; an error's 64 KiB)."""
+        self.sent += 1
         try:
             with self._http.stream(method, path, **kwargs) as resp:
                 return read_answer(resp, path, self.settings.max_response_bytes)
@@ -400,6 +402,28 @@ class FeishuClient:
 
     def download_file(self, file_token: str, *, max_bytes: int) -> Download:
         return self.download(f"/drive/v1/files/{file_token}/download", api="file_download", max_bytes=max_bytes)
+
+    # ----------------------------------------------------------------- permissions, directory
+
+    def permission_members(self, token: str, doc_type: str) -> list[dict[str, Any]]:
+        """drive-v1 permission-member list: every collaborator in one answer (no paging)."""
+        path = f"/drive/v1/permissions/{token}/members"
+        data = self.call("GET", path, api="perm_members", params={"type": doc_type})
+        return [m for m in data.get("items") or [] if isinstance(m, dict)]
+
+    def permission_public(self, token: str, doc_type: str) -> dict[str, Any]:
+        """drive-v2 permission-public get: link sharing, external access, the wiki lock."""
+        data = self.call("GET", f"/drive/v2/permissions/{token}/public", api="perm_public", params={"type": doc_type})
+        return dict(data.get("permission_public") or {})
+
+    def wiki_node(self, node_token: str) -> dict[str, Any]:
+        """wiki-v2 get_node: a node's space (a permission sync knows the node token only)."""
+        data = self.call("GET", "/wiki/v2/spaces/get_node", api="wiki_nodes", params={"token": node_token})
+        return dict(data.get("node") or {})
+
+    def pages(self, path: str, *, api: str, params: dict[str, Any], items: str = "items") -> Iterator[dict[str, Any]]:
+        """Any paged listing (the directory reads of the group sync), bounded like the others."""
+        return self._pages(path, api=api, params=params, items=items)
 
     # ----------------------------------------------------------------- discovery helpers
 

@@ -36,20 +36,25 @@ from __future__ import annotations
 import logging
 import mimetypes
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
+from include.acl import AccessControl
 from include.config import SourceConfig
 from include.connections import get_connection
 from include.contract import Change, ChangeKind, RawDocument, VersionEvidence
 from include.settings import get_settings
 from include.stores.source_notes import SourceNotes
 from plugins.connectors.base import (
+    AccessRequest,
     Connector,
     ConnectorContext,
     Discovery,
     DiscoveryRequest,
     FetchError,
+    GroupListing,
     register_connector,
 )
 from plugins.connectors.feishu.client import Download, FeishuClient, FeishuSettings
@@ -63,8 +68,10 @@ from plugins.connectors.feishu.exports import (
     poll_in_process,
     start_item_exports,
 )
+from plugins.connectors.feishu.groups import list_memberships
 from plugins.connectors.feishu.listing import DEFAULT_TYPES, DriveItem, Walk, walk_drive
 from plugins.connectors.feishu.options import FeishuOptions
+from plugins.connectors.feishu.permissions import AccessReader, access_metadata
 from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
 from plugins.connectors.feishu.slides import SKIP_REASON, SlidesGate
 
@@ -100,6 +107,9 @@ class FeishuConnector(Connector):
         self._settings: FeishuSettings | None = None
         self._slides: SlidesGate | None = None
         self._notes: SourceNotes | None = None
+        self.log = self.context.log or log
+        # the last permission read: requests sent and causes of unknowns (a permission sync's report)
+        self.access_stats: dict[str, Any] = {}
 
     # ----------------------------------------------------------------- plumbing
 
@@ -201,7 +211,7 @@ class FeishuConnector(Connector):
             url=item.url,
             title=item.name,
             reason=None if kind is ChangeKind.NEW else f"modified_time {item.modified_time}",
-            metadata={"feishu_type": item.type, "path": list(item.path), "via": item.via},
+            metadata={"feishu_type": item.type, "path": list(item.path), "via": item.via, **access_metadata(item)},
         )
 
     def discover(self, request: DiscoveryRequest) -> Discovery:
@@ -453,3 +463,35 @@ class FeishuConnector(Connector):
 
     def fetch(self, change: Change) -> RawDocument:
         return self._export_one(change) if self.is_export(change) else self._direct(change)
+
+    # ----------------------------------------------------------------- permissions
+
+    def _tenant(self) -> str:
+        """The tenant's id in entries: the host of its documents (``acme.feishu.cn``)."""
+        return urlsplit(self.options.tenant_url or default_tenant_url(self.settings.host)).netloc.lower()
+
+    def read_access(self, items: Sequence[AccessRequest]) -> dict[str, AccessControl]:
+        """Each document's collaborators, link sharing and owner (:mod:`.permissions`). Never
+        raises, never widens: what could not be read is unknown (private)."""
+        if not items:
+            return {}
+        try:
+            start = self.client.sent
+            reader = AccessReader(self.client, self._tenant(), self.log)
+            found = reader.read(items)
+        except Exception as exc:  # no Connection, a bug: the batch must still be private, not lost
+            self.log.warning("Feishu permissions unreadable: %s", type(exc).__name__)
+            failed = AccessControl.unknown(f"acl_unknown:{type(exc).__name__}", str(exc)[:200])
+            self.access_stats = {"requests": 0, "errors": {failed.unknown_reason: len(items)}}
+            return {item.item_key: failed for item in items}
+        self.access_stats = {"requests": self.client.sent - start, "errors": dict(reader.errors)}
+        return found
+
+    def group_memberships(self) -> GroupListing:
+        """Departments, the bot's chats and the source's wiki spaces, flattened (:mod:`.groups`)."""
+        try:
+            spaces = resolve_spaces(self.client, self.options.wiki_spaces)
+        except FeishuError as exc:
+            self.log.warning("Feishu group sync: wiki spaces unreadable: %s", exc)
+            return GroupListing(complete=False, errors={type(exc).__name__: 1})
+        return list_memberships(self.client, spaces, self._tenant(), self.log)

@@ -44,6 +44,9 @@ class DriveItem:
     url: str | None = None
     path: tuple[str, ...] = ()  # names of the enclosing folders, outermost first
     via: str = "folder"  # folder | shortcut | wiki | wiki_shortcut
+    owner_id: str | None = None  # the owner's open_id (listings and metas carry it)
+    space_id: str | None = None  # wiki items: the space, and the node whose permissions apply
+    node_token: str | None = None
 
 
 @dataclass(slots=True)
@@ -138,7 +141,8 @@ def _walk_folders(
                 if target and target_type:
                     shortcuts.setdefault(target, _Shortcut(target_type, path, e.get("name", ""), e.get("url")))
                 continue
-            keep(DriveItem(token, kind, e.get("name", ""), str(e.get("modified_time", "")), e.get("url"), path))
+            modified, owner = str(e.get("modified_time", "")), e.get("owner_id")
+            keep(DriveItem(token, kind, e.get("name", ""), modified, e.get("url"), path, owner_id=owner))
     return shortcuts
 
 
@@ -169,7 +173,7 @@ def _resolve_shortcuts(
             url = m.get("url") or sc.url
             title = m.get("title") or sc.name
             modified = str(m.get("latest_modify_time", ""))
-            keep(DriveItem(m["doc_token"], sc.type, title, modified, url, sc.path, "shortcut"))
+            keep(DriveItem(m["doc_token"], sc.type, title, modified, url, sc.path, "shortcut", m.get("owner_id")))
         # A target in failed_list is gone or unshared: it is simply not part of the drive now.
         for f in failed:
             log.info("shortcut target %s unavailable (code %s)", f.get("token"), f.get("code"))
@@ -203,10 +207,11 @@ def _walk_wiki(client: FeishuClient, space: str, out: Walk, keep: Callable[[Driv
             obj, kind = n.get("obj_token"), n.get("obj_type")
             if not obj or not kind:
                 continue
-            link = _wiki_url(out, n.get("origin_node_token") if is_shortcut else node_token)
+            origin = n.get("origin_node_token") if is_shortcut else node_token
             item = DriveItem(
-                obj, kind, n.get("title", ""), str(n.get("obj_edit_time", "")), link, path,
-                "wiki_shortcut" if is_shortcut else "wiki",
+                obj, kind, n.get("title", ""), str(n.get("obj_edit_time", "")), _wiki_url(out, origin), path,
+                "wiki_shortcut" if is_shortcut else "wiki", n.get("owner"),
+                n.get("origin_space_id") if is_shortcut else space, origin,
             )  # fmt: skip
             if not is_shortcut and out.items.get(obj) is not None and out.items[obj].via == "wiki_shortcut":
                 del out.items[obj]  # the origin node is the document's real place
