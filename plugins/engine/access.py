@@ -25,11 +25,21 @@ from dataclasses import dataclass, field
 
 from include.acl import AccessChange, AccessControl
 from include.index import IndexBackend
-from include.stores import ItemState, RunItem
+from include.stores import ItemState, RunItem, StateStore
 from include.stores.access import AccessStore, StoredAccess
 from plugins.engine.records import ItemRecord
 
-__all__ = ["AccessBook", "access_lineage", "annotate_lineage", "commit_access", "plan_access"]
+__all__ = [
+    "AccessBook",
+    "access_lineage",
+    "annotate_lineage",
+    "commit_access",
+    "plan_access",
+    "source_visibility",
+    "who_can_see",
+]
+
+ENTRIES_SHOWN = 200  # the item page and its JSON list this many entries (and say how many more)
 
 
 @dataclass(slots=True)
@@ -124,3 +134,33 @@ def annotate_lineage(lineage: Iterable[RunItem], book: AccessBook, items: Mappin
             continue
         item = items.get(row.item_key)
         row.access = access_lineage(change, _read(item) if item is not None else None)
+
+
+def who_can_see(store: StateStore, source: str, item_key: str) -> dict[str, object] | None:
+    """What the item page shows of an item's permissions: its visibility, how many entries and
+    which, why unknown; None: none stored (indexed before permissions were kept)."""
+    stored = AccessStore(store).get(source, [item_key]).get(item_key)
+    if stored is None:
+        return None
+    entries = stored.access.entries()
+    return {
+        "visibility": stored.visibility,
+        "public": stored.access.public,
+        "entry_count": len(entries),
+        "entries": list(entries[:ENTRIES_SHOWN]),
+        "unknown_reason": stored.access.unknown_reason,
+        "warning": stored.access.warning,
+        "digest": stored.digest,
+        "run_id": stored.run_id,
+        "updated_at": stored.updated_at.isoformat() if stored.updated_at else None,
+    }
+
+
+def source_visibility(store: StateStore, source: str) -> dict[str, object]:
+    """The source page's counts of public / tenant / restricted / unknown documents and its
+    last group sync (None: never)."""
+    access = AccessStore(store)
+    status = access.group_sync_status(source)
+    if status is not None:
+        status = {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in status.items()}
+    return {"counts": access.visibility_counts(source), "group_sync": status}

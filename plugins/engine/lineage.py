@@ -29,6 +29,7 @@ from include.index import open_index
 from include.settings import get_settings
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
+from plugins.engine.access import who_can_see
 
 __all__ = [
     "ACTIONS",
@@ -171,7 +172,13 @@ def item_history(store: StateStore, source: str, item_key: str) -> dict[str, Any
         row["dag_id"] = run.get("dag_id")
         row["run_started_at"] = jsonable(run.get("started_at"))
         rows.append(row)
-    return {"source": source, "item_key": item_key, "state": jsonable(state) if state else None, "history": rows}
+    return {
+        "source": source,
+        "item_key": item_key,
+        "state": jsonable(state) if state else None,
+        "access": who_can_see(store, source, item_key),
+        "history": rows,
+    }
 
 
 def _index_configs(source: str | None) -> list[IndexConfig]:

@@ -146,7 +146,8 @@ def run_search(
     index = index_opener(chosen.index if chosen is not None else IndexConfig())
     try:
         if chosen is None or mode == "bm25":
-            hits = index.search(query, k=k, mode="bm25", access=access)
+            within = chosen.source_id if chosen is not None else None  # a named source: its hits only
+            hits = index.search(query, k=k, source=within, mode="bm25", access=access)
             return SearchResult([hit_row(h, r, "bm25") for r, h in enumerate(hits, 1)], "bm25", notes=notes)
         try:
             vector = embed_query_bounded(lambda: embedder_opener(chosen), query)

@@ -35,10 +35,13 @@ groups:
 
 @dataclass
 class AirflowUser:
-    """The two methods the pages read of Airflow's ``BaseUser``, and an account's e-mail."""
+    """What the pages read of the simple auth manager's user (its name, its role for the DAG
+    check), and an account's e-mail."""
 
     name: str
     email: str | None = None
+    role: str = "VIEWER"  # reads every DAG under the simple auth manager
+    teams: tuple[str, ...] = ()
 
     def get_id(self) -> str:
         return self.name
@@ -63,6 +66,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "s.yaml", entries)))
         monkeypatch.setenv("TRIBUTARY_PRINCIPALS", str(principals))
         run_pipeline(SourceConfig(**entries[0]), run_id="e1")
+        from airflow.api_fastapi.app import create_auth_manager
+
+        create_auth_manager()  # the API server's: the pages ask it which DAGs a user may read
         app = create_app(require_auth=False)
 
         @app.middleware("http")

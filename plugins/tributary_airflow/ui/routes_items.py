@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from include.stores.browse import ItemFilter, browse_items
 from plugins.engine import lineage
 from plugins.tributary_airflow.ui.common import Limit, Pages, Store, parse_since, source_config
+from plugins.tributary_airflow.ui.dag_access import require_source
 
 __all__ = ["add_item_routes"]
 
@@ -40,6 +41,7 @@ def add_item_routes(app: FastAPI, pages: Pages) -> None:
         page: Annotated[int, Query(ge=1, le=100_000)] = 1,
         limit: Limit = PAGE_SIZE,
     ) -> HTMLResponse:
+        require_source(request, source)
         if key:
             return _item_page(pages, request, store, source, key)
         since, error = parse_since(changed_since)

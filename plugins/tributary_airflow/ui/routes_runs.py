@@ -13,6 +13,7 @@ from include.stores.browse import chunk_events
 from plugins.engine import lineage
 from plugins.tributary_airflow.ui import views
 from plugins.tributary_airflow.ui.common import Pages, Store, valid_sources
+from plugins.tributary_airflow.ui.dag_access import require_source
 
 __all__ = ["add_run_routes", "embeds", "vector_origin"]
 
@@ -77,10 +78,12 @@ def _run_context(store: StateStore, report: dict[str, Any]) -> dict[str, Any]:
 
 def _chunk_page(pages: Pages, request: Request, store: StateStore, chunk_id: str, source: str | None) -> HTMLResponse:
     found = lineage.chunk_lineage(store, chunk_id, source)
+    require_source(request, found["source"] if found else source)
     if found is not None:
         return pages.render(request, "chunk.html", c=found, place=_neighbours(store, found), origin=vector_origin)
     events = chunk_events(store, chunk_id, source or None)
     if events["removed"] is not None:
+        require_source(request, events["removed"].get("source"))
         return pages.render(
             request, "chunk_removed.html", chunk_id=chunk_id, removed=events["removed"], added=events["added"]
         )
@@ -102,6 +105,7 @@ def add_run_routes(app: FastAPI, pages: Pages) -> None:
         report = lineage.run_report(store, run_id, action or None, source or None)
         if report is None:
             return pages.missing(request, f"run {run_id}")
+        require_source(request, report["run"]["source"])
         return pages.render(request, "run.html", **_run_context(store, report))
 
     @app.get("/chunks/{chunk_id}", response_class=HTMLResponse)
@@ -116,6 +120,8 @@ def add_run_routes(app: FastAPI, pages: Pages) -> None:
         found = lineage.diff_runs(store, a, b, source or None) if a else None
         if found is None:
             return pages.missing(request, f"runs {a} / {b}")
+        require_source(request, found["a"]["source"])
+        require_source(request, found["b"]["source"])
         counts = [
             (k.replace("_", " "), found["a"]["counts"].get(k, 0), found["b"]["counts"].get(k, 0), delta)
             for k, delta in found["counts_delta"].items()

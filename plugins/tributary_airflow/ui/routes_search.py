@@ -24,6 +24,7 @@ from plugins.engine.principals import PrincipalsError, describe_principal, is_ad
 from plugins.engine.search import SearchError, SearchResult, VectorSearchUnavailable, run_search
 from plugins.tributary_airflow.ui import views
 from plugins.tributary_airflow.ui.common import Limit, Pages, Store, parse_since, root_path, valid_sources
+from plugins.tributary_airflow.ui.dag_access import readable, require_source
 
 __all__ = ["SEARCH_FAILURES", "add_search_routes", "search", "search_failure", "searcher"]
 
@@ -63,10 +64,25 @@ def search(
     """The engine's search as ``principal``, each row with links to its chunk's lineage and its run
     (page and JSON). :class:`VectorSearchUnavailable` and :class:`SearchTimeout` go to the caller
     (see ``search_failure``)."""
+    require_source(request, source)
+    configs = valid_sources()
+    allowed = readable(request, [c.source_id for c in configs])
+    if configs and not allowed:
+        raise HTTPException(status_code=403, detail="your Airflow user may read none of the sources' DAGs")
+    # one index may hold several sources: without a named source, read deeper and leave out
+    # the hits of sources whose DAG the user may not read (retired ones included)
+    partial = source is None and len(allowed) < len(configs)
     try:
-        result = run_search(valid_sources(), q, k=limit, source=source or None, mode=mode, principal=principal)
+        result = run_search(
+            [c for c in configs if c.source_id in allowed], q, k=min(limit * 5, 500) if partial else limit,
+            source=source or None, mode=mode, principal=principal,
+        )  # fmt: skip
     except SearchError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
+    keep = readable(request, {h["source"] for h in result.hits})
+    result.hits = [h for h in result.hits if h["source"] in keep][:limit]
+    if partial:
+        result.notes.append("sources whose Airflow DAG you may not read are left out")
     root = root_path(request)
     for hit in result.hits:
         chunk = f"{quote(hit['chunk_id'], safe='')}?source={quote(hit['source'], safe='')}"
@@ -189,5 +205,5 @@ def add_search_routes(app: FastAPI, pages: Pages) -> None:
             notes=result.notes if result else [],
             searcher=searcher_text(principal),
             error=error,
-            sources=valid_sources(),
+            sources=[c for c in valid_sources() if c.source_id in readable(request, [c.source_id])],
         )

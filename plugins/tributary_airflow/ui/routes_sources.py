@@ -15,9 +15,11 @@ from include.config import SourceConfig
 from include.stores import StateStore
 from include.stores.browse import last_run, source_totals
 from plugins.engine import lineage
+from plugins.engine.access import source_visibility
 from plugins.tributary_airflow.ui import airflow_api, views
 from plugins.tributary_airflow.ui.charts import Series, bar_chart
 from plugins.tributary_airflow.ui.common import MAX_LIMIT, Pages, Store, root_path, source_config, valid_sources
+from plugins.tributary_airflow.ui.dag_access import readable, require_source
 from plugins.tributary_airflow.ui.freshness import freshness
 
 __all__ = ["ACTIONS", "add_source_routes", "source_summary"]
@@ -58,6 +60,7 @@ def source_summary(store: StateStore, config: SourceConfig, now: dt.datetime) ->
         "last_success": lineage.jsonable(success) if success else None,
         "freshness": freshness(config.schedule, started.replace(tzinfo=dt.UTC) if started else None, now),
         "totals": source_totals(store, config.source_id, config.engine_options.quarantine_after),
+        "access": source_visibility(store, config.source_id),
     }
 
 
@@ -111,9 +114,11 @@ async def _act(request: Request, config: SourceConfig, action: str, store: State
 
 def _index_page(pages: Pages, request: Request, store: StateStore) -> HTMLResponse:
     now = dt.datetime.now(dt.UTC)
-    configs = valid_sources()
-    summaries = [source_summary(store, c, now) for c in configs]
     runs = lineage.list_runs(store, None, limit=MAX_LIMIT)
+    allowed = readable(request, {c.source_id for c in valid_sources()} | {r["source"] for r in runs})
+    configs = [c for c in valid_sources() if c.source_id in allowed]
+    runs = [r for r in runs if r["source"] in allowed]
+    summaries = [source_summary(store, c, now) for c in configs]
     known = {c.source_id for c in configs}
     retired = sorted({r["source"] for r in runs} - known)  # removed from the config, history kept
     order = [c.source_id for c in configs] + retired
@@ -150,6 +155,7 @@ def add_source_routes(app: FastAPI, pages: Pages) -> None:
 
     @app.get("/sources/{source_id}", response_class=HTMLResponse)
     async def source_page(request: Request, source_id: str, store: Store) -> HTMLResponse:
+        require_source(request, source_id)
         config = source_config(source_id)
         if config is None:
             return pages.missing(request, f"configured source {source_id}")
@@ -157,6 +163,7 @@ def add_source_routes(app: FastAPI, pages: Pages) -> None:
 
     @app.get("/sources/{source_id}/confirm-full-resync", response_class=HTMLResponse)
     def confirm_full_resync(request: Request, source_id: str, store: Store) -> HTMLResponse:
+        require_source(request, source_id)
         config = source_config(source_id)
         if config is None:
             return pages.missing(request, f"configured source {source_id}")
@@ -165,6 +172,7 @@ def add_source_routes(app: FastAPI, pages: Pages) -> None:
 
     @app.post("/sources/{source_id}/actions/{action}")
     async def act(request: Request, source_id: str, action: str, store: Store) -> RedirectResponse:
+        require_source(request, source_id)
         config = source_config(source_id)
         if config is None or action not in ACTIONS:
             raise HTTPException(status_code=404, detail=f"no action {action!r} for source {source_id!r}")
