@@ -49,6 +49,7 @@ from include.stores.access import AccessStore
 from plugins.connectors.base import syncs_permissions, validate_source_options
 from plugins.engine import RunContext, get_source, run_pipeline
 from plugins.engine.cli_format import (
+    access_text,
     permissions_summary_text,
     run_report_text,
     runs_table_text,
@@ -287,6 +288,7 @@ def cmd_item(args: argparse.Namespace) -> int:
         text.append(f"  failures {state['failure_count']} {state['last_error'] or ''}")
     else:
         text.append("  not in the index")
+    text.append("  " + access_text(found.get("access")))
     text += [
         f"  {h['run_id']}: {h['action']} {h['reason'] or ''} -> {h['version_after'] or ''}"
         + (f"  WARN {warnings_text(h['warnings'])}" if h["warnings"] else "")

@@ -14,6 +14,7 @@ from plugins.engine.principals import describe_principal
 
 __all__ = [
     "RUN_COLUMNS",
+    "access_text",
     "permissions_summary_text",
     "run_report_text",
     "runs_table_text",
@@ -208,3 +209,17 @@ def _groups_line(groups: Mapping[str, Any]) -> str:
     if errors:
         line += "; errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
     return line
+
+
+def access_text(access: Mapping[str, Any] | None, shown: int = 5) -> str:
+    """``item``'s line on who can see the document (the item page's "Who can see it")."""
+    if access is None:
+        return "who can see: not recorded (indexed before permissions were kept: run `permissions`)"
+    if access.get("unknown_reason"):
+        return f"who can see: nobody but an unrestricted search ({access['unknown_reason']})"
+    entries = list(access.get("entries") or [])
+    listed = ", ".join(entries[:shown]) + (
+        f", +{access['entry_count'] - shown} more" if access["entry_count"] > shown else ""
+    )
+    noun = "entry" if access["entry_count"] == 1 else "entries"
+    return f"who can see: {access['visibility']}, {access['entry_count']} {noun} ({listed})"

@@ -159,3 +159,13 @@ def test_permissions_of_a_public_source_has_nothing_to_do(
     capsys.readouterr()
     assert main(["permissions", "files:open"]) == 2
     assert "without an acl block is public" in capsys.readouterr().err
+
+
+def test_item_says_who_can_see_the_document(synced: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["item", "files:keep", "alice/diary.md"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  who can see: restricted, 1 entry (user:email:alice@example.com)" in lines
+    assert main(["item", "files:keep", "public/welcome.md", "--json"]) == 0
+    access = json.loads(capsys.readouterr().out)["access"]
+    assert (access["visibility"], access["entries"], access["public"]) == ("public", ["public"], True)
