@@ -214,3 +214,16 @@ def test_no_access_control_is_widened_by_an_empty_answer(sim: FeishuSimulator, d
     sim.perms.link_share.pop(drive["tenant"])
     narrowed = conn.read_access(_bare(sim, drive["tenant"]))[drive["tenant"]]
     assert access.known and narrowed == AccessControl.of(users=[OWNER])
+
+
+def test_a_folder_whose_members_change_between_two_syncs(sim: FeishuSimulator, drive: dict[str, str]) -> None:
+    """A folder's collaborators read what is in it; one who leaves the folder between two
+    permission reads no longer reads its documents, and one who joins does."""
+    conn = _connector([drive["root"]])
+    sim.perms.members[drive["root"]] = [("openid", "ou_dana"), ("openchat", "oc_folder")]
+    first = conn.read_access(_bare(sim, drive["tenant"]))[drive["tenant"]]
+    sim.perms.members[drive["root"]] = [("openid", "ou_erin")]
+    second = conn.read_access(_bare(sim, drive["tenant"]))[drive["tenant"]]
+    assert {"user:feishu_open_id:ou_dana", "group:feishu_chat:oc_folder"} <= set(first.entries())
+    assert "user:feishu_open_id:ou_dana" not in second.entries()
+    assert "user:feishu_open_id:ou_erin" in second.entries() and TENANT in second.entries()

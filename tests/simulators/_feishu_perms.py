@@ -4,7 +4,7 @@ official SDK models (larksuite/oapi-sdk-python ``drive/v1 Member``, ``drive/v2 P
 
 - ``GET /open-apis/drive/v1/permissions/:token/members?type=…`` — ``items[]`` of
   ``{member_type, member_id, perm, perm_type, type, name}``, all in one answer (the SDK's
-  response has no paging); 403 ``1063002`` when the app may not read them, 404 ``1063005``
+  response has no paging), the document's own and those inherited from its folders; 403 ``1063002`` when the app may not read them, 404 ``1063005``
   for a deleted document, 400 ``1063001`` for a ``type`` outside the documented enum.
 - ``GET /open-apis/drive/v2/permissions/:token/public?type=…`` — ``permission_public`` with
   ``link_share_entity``, ``external_access_entity``, ``lock_switch``, ….
@@ -53,11 +53,16 @@ class SimPermissions:
     parent_department: dict[str, str] = field(default_factory=dict)  # department -> its parent ("0": root)
     emails: dict[str, str] = field(default_factory=dict)  # open_id -> e-mail
 
-    def member_rows(self, token: str) -> list[dict[str, Any]]:
-        return [
-            {"member_type": t, "member_id": i, "perm": "view", "perm_type": "container", "type": _kind(t), "name": i}
-            for t, i in self.members.get(token, [])
-        ]
+    def member_rows(self, token: str, folders: list[str]) -> list[dict[str, Any]]:
+        """The document's own collaborators, then those it inherits from its folders (a folder's
+        collaborators read what is in it: ``perm_type`` ``container``, as the real list marks them)."""
+        rows = []
+        for holder, perm_type in [(token, "single_page"), *((f, "container") for f in folders)]:
+            rows += [
+                {"member_type": t, "member_id": i, "perm": "view", "perm_type": perm_type, "type": _kind(t), "name": i}
+                for t, i in self.members.get(holder, [])
+            ]
+        return rows
 
     def public(self, token: str) -> dict[str, Any]:
         return {
@@ -116,7 +121,7 @@ def _drive_permission_routes(app: FastAPI, sim: FeishuSimulator) -> None:
         if denied := sim._gate(request, "perm_members") or _refusal(sim, token, request):
             return denied
         with sim._lock:
-            return sim._ok({"items": sim.perms.member_rows(token)})
+            return sim._ok({"items": sim.perms.member_rows(token, _folders(sim, token))})
 
     @app.get("/open-apis/drive/v2/permissions/{token}/public")
     async def public(token: str, request: Request) -> Response:
@@ -193,6 +198,16 @@ def _directory_routes(app: FastAPI, sim: FeishuSimulator) -> None:
         rows = [{"member_id_type": "open_id", "member_id": i, "name": i, "tenant_key": "sim"} for i in ids]
         page, more = _page(rows, request, 100)
         return sim._ok({"items": page, **more, "member_total": len(ids)})
+
+
+def _folders(sim: FeishuSimulator, token: str) -> list[str]:
+    """The folders above a drive item, nearest first (bounded: a hostile loop cannot hang it)."""
+    out: list[str] = []
+    item = sim.items.get(token)
+    while item is not None and item.parent and item.parent not in out and len(out) < 64:
+        out.append(item.parent)
+        item = sim.items.get(item.parent)
+    return out
 
 
 def _department(perms: SimPermissions, dept: str) -> dict[str, Any]:
