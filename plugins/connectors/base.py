@@ -51,6 +51,7 @@ from include.loading import load_class
 from include.staging import StagedFile
 
 __all__ = [
+    "AccessReading",
     "AccessRequest",
     "Connector",
     "ConnectorContext",
@@ -61,6 +62,7 @@ __all__ = [
     "PartitionedOptions",
     "get_connector_class",
     "options_model",
+    "read_fail_closed",
     "register_connector",
     "source_partitions",
     "syncs_permissions",
@@ -235,6 +237,35 @@ class Connector(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AccessReading(Protocol):
+    """A connector's permission reader: answers by item key, and the causes of its unknowns."""
+
+    @property
+    def errors(self) -> Mapping[str, int]: ...
+
+    def read(self, items: Sequence[AccessRequest]) -> dict[str, AccessControl]: ...
+
+
+def read_fail_closed(
+    label: str,
+    items: Sequence[AccessRequest],
+    make_reader: Callable[[], AccessReading],
+    sent: Callable[[], int],
+    log: Any,
+) -> tuple[dict[str, AccessControl], dict[str, Any]]:
+    """``make_reader().read(items)`` and its stats (requests by ``sent()``, causes of unknowns);
+    anything it raises (no Connection, a bug) makes the whole batch unknown: private, not lost."""
+    try:
+        start = sent()
+        reader = make_reader()
+        found = reader.read(items)
+    except Exception as exc:
+        log.warning("%s permissions unreadable: %s", label, type(exc).__name__)
+        failed = AccessControl.unknown(f"acl_unknown:{type(exc).__name__}", str(exc)[:200])
+        return {item.item_key: failed for item in items}, {"requests": 0, "errors": {failed.unknown_reason: len(items)}}
+    return found, {"requests": sent() - start, "errors": dict(reader.errors)}
 
 
 def register_connector(cls: type[Connector]) -> type[Connector]:

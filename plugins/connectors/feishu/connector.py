@@ -55,6 +55,7 @@ from plugins.connectors.base import (
     DiscoveryRequest,
     FetchError,
     GroupListing,
+    read_fail_closed,
     register_connector,
 )
 from plugins.connectors.feishu.client import Download, FeishuClient, FeishuSettings
@@ -475,16 +476,13 @@ class FeishuConnector(Connector):
         raises, never widens: what could not be read is unknown (private)."""
         if not items:
             return {}
-        try:
-            start = self.client.sent
-            reader = AccessReader(self.client, self._tenant(), self.log)
-            found = reader.read(items)
-        except Exception as exc:  # no Connection, a bug: the batch must still be private, not lost
-            self.log.warning("Feishu permissions unreadable: %s", type(exc).__name__)
-            failed = AccessControl.unknown(f"acl_unknown:{type(exc).__name__}", str(exc)[:200])
-            self.access_stats = {"requests": 0, "errors": {failed.unknown_reason: len(items)}}
-            return {item.item_key: failed for item in items}
-        self.access_stats = {"requests": self.client.sent - start, "errors": dict(reader.errors)}
+        found, self.access_stats = read_fail_closed(
+            "Feishu",
+            items,
+            lambda: AccessReader(self.client, self._tenant(), self.log),
+            lambda: self.client.sent,
+            self.log,
+        )
         return found
 
     def group_memberships(self) -> GroupListing:

@@ -52,6 +52,7 @@ from plugins.connectors.base import (
     DiscoveryRequest,
     FetchError,
     GroupListing,
+    read_fail_closed,
     register_connector,
 )
 from plugins.connectors.yuque.client import YuqueClient
@@ -332,17 +333,13 @@ class YuqueConnector(Connector):
         read is unknown (private)."""
         if not items:
             return {}
-        try:
-            client = self.client
-            start = client.sent
-            reader = AccessReader(client, self._tenant(), self.log)
-            found = reader.read(items)
-        except Exception as exc:  # no Connection, a bug: the batch must still be private, not lost
-            self.log.warning("Yuque permissions unreadable: %s", type(exc).__name__)
-            failed = AccessControl.unknown(f"acl_unknown:{type(exc).__name__}", str(exc)[:200])
-            self.access_stats = {"requests": 0, "errors": {failed.unknown_reason: len(items)}}
-            return {item.item_key: failed for item in items}
-        self.access_stats = {"requests": client.sent - start, "errors": dict(reader.errors)}
+        found, self.access_stats = read_fail_closed(
+            "Yuque",
+            items,
+            lambda: AccessReader(self.client, self._tenant(), self.log),
+            lambda: self.client.sent,
+            self.log,
+        )
         return found
 
     def group_memberships(self) -> GroupListing:
