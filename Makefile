@@ -35,8 +35,10 @@ ui: venv
 	bash scripts/ui.sh
 
 ## make test: install what is missing (venv, Debian packages, services), lint, run the whole suite
+## (TEST_WORKERS=1 for a serial run; each xdist worker has its own AIRFLOW_HOME and Redis db)
+TEST_WORKERS ?= 2
 test: venv system services lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 system:
 	bash scripts/ensure_system_packages.sh

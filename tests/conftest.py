@@ -30,6 +30,12 @@ from tests.support.postgres import scratch_database
 ROOT = Path(__file__).resolve().parent.parent
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="tributary-tests-"))
 
+# ``make test`` runs the suite in pytest-xdist workers (``-n 2 --dist loadfile``): each worker is a
+# session of its own, so it gets its own AIRFLOW_HOME (metadata DB) and Redis database, never the
+# other worker's. A serial run keeps the caller's AIRFLOW_HOME (``make test`` exports the repo's).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    os.environ["AIRFLOW_HOME"] = str(_SESSION_DIR / "airflow")
 os.environ.setdefault("AIRFLOW_HOME", str(_SESSION_DIR / "airflow"))
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(ROOT / "plugins")
@@ -47,7 +53,9 @@ os.environ[leakscan.ENV] = str(_SECRETS_DIR)
 _AIRFLOW_HOME = Path(os.environ["AIRFLOW_HOME"])
 _SCAN_KEY = pytest.StashKey[leakscan.ScanResult]()
 
-REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# db 15, one lower per xdist worker (gw0: 15, gw1: 14; the cluster tests use 12 and 13)
+_REDIS_DB = 15 - int(_WORKER.removeprefix("gw") or 0)
+REDIS_URL = os.environ.get("TEST_REDIS_URL", f"redis://127.0.0.1:6379/{_REDIS_DB}")
 
 
 @pytest.fixture
