@@ -16,12 +16,15 @@ Refused: a page answers 403 with a page saying which DAG it needs, ``/api`` a JS
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException, Request
 
-__all__ = ["SourceForbidden", "dag_id_of", "readable", "require_source"]
+if TYPE_CHECKING:
+    from include.config import SourceConfig
+
+__all__ = ["SourceForbidden", "dag_id_of", "readable", "readable_configs", "require_source"]
 
 log = logging.getLogger("tributary.ui")
 
@@ -61,6 +64,12 @@ def readable(request: Request, source_ids: Iterable[str]) -> set[str]:
         log.warning("DAG access check failed: %s", type(exc).__name__)
         raise HTTPException(status_code=503, detail="Airflow's access control did not answer") from None
     return {by_dag[d] for d in allowed if d in by_dag}
+
+
+def readable_configs(request: Request, configs: Sequence[SourceConfig]) -> list[SourceConfig]:
+    """The configured sources whose DAG the user may read, in their order (one question to Airflow)."""
+    allowed = readable(request, [c.source_id for c in configs])
+    return [c for c in configs if c.source_id in allowed]
 
 
 def require_source(request: Request, source_id: str | None) -> None:

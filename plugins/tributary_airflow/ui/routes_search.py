@@ -24,7 +24,7 @@ from plugins.engine.principals import PrincipalsError, describe_principal, is_ad
 from plugins.engine.search import SearchError, SearchResult, VectorSearchUnavailable, run_search
 from plugins.tributary_airflow.ui import views
 from plugins.tributary_airflow.ui.common import Limit, Pages, Store, parse_since, root_path, valid_sources
-from plugins.tributary_airflow.ui.dag_access import readable, require_source
+from plugins.tributary_airflow.ui.dag_access import readable, readable_configs, require_source
 
 __all__ = ["SEARCH_FAILURES", "add_search_routes", "search", "search_failure", "searcher"]
 
@@ -66,7 +66,7 @@ def search(
     (see ``search_failure``)."""
     require_source(request, source)
     configs = valid_sources()
-    allowed = readable(request, [c.source_id for c in configs])
+    allowed = readable_configs(request, configs)
     if configs and not allowed:
         raise HTTPException(status_code=403, detail="your Airflow user may read none of the sources' DAGs")
     # one index may hold several sources: without a named source, read deeper and leave out
@@ -74,7 +74,7 @@ def search(
     partial = source is None and len(allowed) < len(configs)
     try:
         result = run_search(
-            [c for c in configs if c.source_id in allowed], q, k=min(limit * 5, 500) if partial else limit,
+            allowed, q, k=min(limit * 5, 500) if partial else limit,
             source=source or None, mode=mode, principal=principal,
         )  # fmt: skip
     except SearchError as exc:
@@ -205,5 +205,5 @@ def add_search_routes(app: FastAPI, pages: Pages) -> None:
             notes=result.notes if result else [],
             searcher=searcher_text(principal),
             error=error,
-            sources=[c for c in valid_sources() if c.source_id in readable(request, [c.source_id])],
+            sources=readable_configs(request, valid_sources()),
         )

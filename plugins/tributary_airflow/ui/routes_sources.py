@@ -115,8 +115,9 @@ async def _act(request: Request, config: SourceConfig, action: str, store: State
 def _index_page(pages: Pages, request: Request, store: StateStore) -> HTMLResponse:
     now = dt.datetime.now(dt.UTC)
     runs = lineage.list_runs(store, None, limit=MAX_LIMIT)
-    allowed = readable(request, {c.source_id for c in valid_sources()} | {r["source"] for r in runs})
-    configs = [c for c in valid_sources() if c.source_id in allowed]
+    every = valid_sources()
+    allowed = readable(request, {c.source_id for c in every} | {r["source"] for r in runs})
+    configs = [c for c in every if c.source_id in allowed]
     runs = [r for r in runs if r["source"] in allowed]
     summaries = [source_summary(store, c, now) for c in configs]
     known = {c.source_id for c in configs}
