@@ -12,7 +12,6 @@ such process is left, counting processes rather than timing anything.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import psutil
 import pytest
 
 from include.contract import ParsedDocument, RawDocument
+from tests.support.forked import call_forked
 
 SPIN = "application/x-tributary-test-spin"
 BOX = "application/x-tributary-test-box"
@@ -75,28 +75,8 @@ def _spinners(pid_dir: Path) -> list[int]:
     return alive
 
 
-def _report(send: Any, pid_dir: str, budget: float, busy: float) -> None:
-    send.send(_parse_box(pid_dir, budget, busy))
-
-
 def _run(tmp_path: Path, budget: float, busy: float) -> dict[str, Any]:
-    # A plain forked process and a pipe, not a Pool: a Pool's shutdown SIGTERMs its workers and
-    # joins them, which hangs once an earlier test (Airflow's task runner) has left a SIGTERM
-    # handler in this process for the forked workers to inherit.
-    ctx = mp.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-    worker = ctx.Process(target=_report, args=(send, str(tmp_path), budget, busy))
-    worker.start()
-    send.close()
-    try:
-        assert receive.poll(120), "the parse gave no answer within 120 s"
-        outcome: dict[str, Any] = receive.recv()
-        worker.join(30)
-        assert worker.exitcode == 0, "the parse's caller did not survive it"
-    finally:
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
+    outcome: dict[str, Any] = call_forked(_parse_box, str(tmp_path), budget, busy, timeout=120)
     assert list(tmp_path.glob("*.pid")), "the nested parser never ran"
     for _ in range(100):  # the kernel delivers the kills; reaping by init takes a moment
         if not _spinners(tmp_path):

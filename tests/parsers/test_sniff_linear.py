@@ -10,11 +10,10 @@ instead of hanging the suite; nothing is timed.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 
 from include.contract import RawDocument
+from tests.support.forked import call_forked
 
 HOSTILE = {
     "html comments": b"<!---->" * 40 + b"x",
@@ -37,10 +36,8 @@ def _sniff_and_parse(data: bytes, name: str) -> tuple[str | None, str]:
 @pytest.mark.parametrize("name", ["", "upload"])
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_text_is_sniffed_and_parsed(case: str, name: str) -> None:
-    ctx = mp.get_context("fork")
-    with ctx.Pool(1) as pool:
-        pending = pool.apply_async(_sniff_and_parse, (HOSTILE[case], name))
-        media, parsed = pending.get(timeout=60)  # exponential before the fix: never returned
+    # exponential before the fix: never returned
+    media, parsed = call_forked(_sniff_and_parse, HOSTILE[case], name, timeout=60)
     assert media == "text/plain" and parsed == "text/plain"
 
 
