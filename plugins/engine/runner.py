@@ -24,6 +24,7 @@ from plugins.engine.commit import abort_run
 from plugins.engine.context import RunContext, RunParams
 from plugins.engine.discover import open_connector
 from plugins.engine.embed import EmbedderFactory
+from plugins.engine.index_lane import IndexLane, lane_wanted
 from plugins.engine.manifests import next_manifest_path
 from plugins.engine.overlap import parse_chunk_pool, parse_then_chunk, pool_workers
 from plugins.engine.partitions import discover_run
@@ -102,23 +103,32 @@ def _process_batches(
     """Fetch, parse, chunk, embed (when enabled) and upsert each batch, over one connector;
     returns the refs of the ``upserted`` manifests written (what commit checks them against).
 
-    With ``TRIBUTARY_PARSE_WORKERS`` set (and two cores or more), parse and chunk run in worker
-    processes (:mod:`plugins.engine.overlap`) while this process fetches the next batches and
-    indexes the chunked ones, in batch order; otherwise each batch runs through here in turn."""
+    With two batches or more, embed and upsert run in the index lane's thread
+    (:mod:`plugins.engine.index_lane`) while this thread hands over and parses the next batches;
+    with ``TRIBUTARY_PARSE_WORKERS`` set (and two cores or more), parse and chunk run in worker
+    processes (:mod:`plugins.engine.overlap`). Batches reach the index in batch order either way."""
     # a resumed run: batches with an upserted manifest reached the index already
     todo = [b for b in batches if not StagingArea.exists_at(next_manifest_path(b, "upserted"))]
+
+    def index(chunked: str) -> str:
+        return _index_batch(ctx, store, chunked, embedder_factory)
+
     with open_connector(ctx) as connector:
         shared = _shared(connector)
-        workers = pool_workers(len(todo))
-        if not workers:
-            upserted = []
-            for batch in todo:
-                fetched = FetchStep(ctx, batch, shared).run(store).manifest
-                upserted.append(_index_batch(ctx, store, parse_then_chunk(ctx, store, fetched), embedder_factory))
-            return upserted
-        with parse_chunk_pool(ctx, store, workers) as submit:
-            chunked = [submit(FetchStep(ctx, batch, shared).run(store).manifest) for batch in todo]
-            return [_index_batch(ctx, store, future.result(), embedder_factory) for future in chunked]
+        if not lane_wanted(len(todo)):
+            return [index(parse_then_chunk(ctx, store, FetchStep(ctx, b, shared).run(store).manifest)) for b in todo]
+        with IndexLane(index) as lane:
+            workers = pool_workers(len(todo))
+            if not workers:
+                for batch in todo:
+                    lane.submit(parse_then_chunk(ctx, store, FetchStep(ctx, batch, shared).run(store).manifest))
+                return lane.finish()
+            # the pool forks its workers at the first submit, while the lane's thread still waits
+            # on an empty queue (no lock of its held across the fork)
+            with parse_chunk_pool(ctx, store, workers) as submit:
+                for batch in todo:
+                    lane.submit(submit(FetchStep(ctx, batch, shared).run(store).manifest))
+                return lane.finish()
 
 
 def _index_batch(ctx: RunContext, store: StateStore, chunked: str, embedder_factory: EmbedderFactory | None) -> str:
