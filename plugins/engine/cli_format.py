@@ -50,6 +50,11 @@ def _count_lines(counts: Mapping[str, Any]) -> list[str]:
     reasons = counts.get("reasons") or {}
     if reasons:
         lines.append("  reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
+    reprocessed = counts.get("reprocessed") or {}
+    if reprocessed:  # items the source did not change, processed again (a new parser version ...)
+        lines.append(
+            f"  re-processed {sum(reprocessed.values())}: " + ", ".join(f"{k} ({v})" for k, v in reprocessed.items())
+        )
     if counts.get("outcome_note"):
         lines.append(f"  why: {counts['outcome_note']}")
     return lines
