@@ -67,13 +67,18 @@ def current_processing(source: SourceConfig) -> Processing:
     )
 
 
-def _named(part: Mapping[str, Any]) -> str:
-    return f"{part.get('name')} {part.get('version')}"
+def _chunker_change(old: Mapping[str, Any], now: Mapping[str, str]) -> str | None:
+    """The chunker change, "chunker token 2 -> 3" ("chunker token 2 -> heading 1" for another one)."""
+    was, new = (old.get("name"), old.get("version")), (now.get("name"), now.get("version"))
+    if was == new:
+        return None
+    target = f"{new[1]}" if was[0] == new[0] else f"{new[0]} {new[1]}"
+    return f"chunker {was[0]} {was[1]} -> {target}"
 
 
 def _parser_change(parser: Mapping[str, Any], parsers: Mapping[str, str]) -> str | None:
-    """ "parser pdf 2.0 -> 3.0" when the parser that read the item has another version now (or
-    is gone: its format now goes to whichever parser has it)."""
+    """The parser that read the item, when it has another version now ("parser pdf 2.0 -> 3.0")
+    or is gone (its format now goes to whichever parser has it); else None."""
     name, version = parser.get("name"), parser.get("version")
     if not name:
         return None
@@ -84,18 +89,18 @@ def _parser_change(parser: Mapping[str, Any], parsers: Mapping[str, str]) -> str
 
 
 def _hashed_changes(record: Mapping[str, Any], now: Processing) -> list[str]:
-    """What of the hashed parts (chunker, model, options) differs between the record and now."""
-    changes = []
-    chunker = record.get("chunker") or {}
-    if chunker and (chunker.get("name"), chunker.get("version")) != (
-        now.chunker.get("name"),
-        now.chunker.get("version"),
-    ):
-        changes.append(f"chunker {_named(chunker)} -> {_named(now.chunker)}")
+    """What of the hashed parts (chunker, model, options) differs between the record and now
+    (nothing known without a record)."""
+    changes: list[str] = []
+    if not record:
+        return changes
+    if record.get("chunker") and (chunker := _chunker_change(record["chunker"], now.chunker)) is not None:
+        changes.append(chunker)
     model = (record.get("embedding") or {}).get("model")
     if now.embedding_model is not None and model != now.embedding_model:
         changes.append(f"embedding model {model or 'none'} -> {now.embedding_model}")
-    if record.get("options") and record["options"] != now.options:
+    # another model or chunker is chosen in the options too: named above, not twice
+    if not changes and record.get("options") and record["options"] != now.options:
         changes.append("processing options changed")
     return changes
 

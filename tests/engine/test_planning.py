@@ -3,6 +3,8 @@ SQLite state store."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from include.contract import Change, ChangeKind, VersionEvidence
 from include.stores import StateStore
 from plugins.engine.context import RunParams
@@ -17,7 +19,7 @@ from plugins.engine.plan_rules import (
     quarantine_reason,
     split_batches,
 )
-from plugins.engine.processed import Processing
+from plugins.engine.processed import Processing, reprocess_reason
 from tests.engine.conftest import SID, state, stored
 
 
@@ -39,6 +41,35 @@ def test_forced_items_withholds_untrusted_versions(store: StateStore) -> None:
     assert forced == {"options.md": "processing options or versions changed", "named.md": "named in only_keys"}
     known, forced = forced_items(RunParams(full_resync=True), states, Processing("proc"))
     assert known == {} and forced == dict.fromkeys(("same.md", "options.md", "named.md"), "full resync")
+
+
+def test_reprocess_reason_names_what_changed(store: StateStore) -> None:
+    record = {
+        "parser": {"name": "pdf", "version": "2.0", "engine": "auto"},
+        "chunker": {"name": "token", "version": "2"},
+        "embedding": {"model": "m1", "dimensions": 8},
+        "options": "opts",
+    }
+    now = Processing("proc", "opts", {"name": "token", "version": "2"}, "m1", {"pdf": "2.0", "html": "1.0"})
+    html = {**record, "parser": {"name": "html", "version": "1.0"}}
+    st = stored(store, state("a.pdf", processed_with=record), state("b.html", processed_with=html))
+    assert reprocess_reason(st["a.pdf"], now) is None
+    bumped = dataclasses.replace(now, parsers={"pdf": "3.0", "html": "1.0"})
+    assert reprocess_reason(st["a.pdf"], bumped) == "parser pdf 2.0 -> 3.0"
+    assert reprocess_reason(st["b.html"], bumped) is None  # another parser's version: not its business
+    gone = dataclasses.replace(now, parsers={"html": "1.0"})
+    assert reprocess_reason(st["a.pdf"], gone) == "parser pdf 2.0 no longer registered"
+    # the hashed parts: the record says which one changed
+    rechunked = dataclasses.replace(now, hash="proc2", chunker={"name": "heading", "version": "1"})
+    assert reprocess_reason(st["a.pdf"], rechunked) == "chunker token 2 -> heading 1"
+    both = dataclasses.replace(bumped, hash="proc2", options="opts2", embedding_model="m2")
+    assert reprocess_reason(st["a.pdf"], both) == "parser pdf 2.0 -> 3.0; embedding model m1 -> m2"
+    assert (
+        reprocess_reason(st["a.pdf"], dataclasses.replace(now, hash="p2", options="o2")) == "processing options changed"
+    )
+    old = stored(store, state("old.pdf", processing_hash="proc"))["old.pdf"]  # no record: stored before them
+    assert reprocess_reason(old, bumped) is None
+    assert reprocess_reason(old, rechunked) == "processing options or versions changed"
 
 
 def test_renames_move_state_and_forced_mark_but_never_overwrite(store: StateStore) -> None:
@@ -94,9 +125,7 @@ def test_classify_changes_sorts_each_change(store: StateStore) -> None:
 def test_classify_changes_keeps_only_named_keys_and_records_staged_digest(store: StateStore) -> None:
     digest = {"size": 3, "sha256": "ab" * 32}
     changes = [Change("a.md", ChangeKind.NEW, staged_path="/s/raw/a"), Change("b.md", ChangeKind.NEW)]
-    out = classify_changes(
-        changes, {}, {}, RunParams(only_keys=["a.md"]), (5, None), lambda p: digest if p else None
-    )
+    out = classify_changes(changes, {}, {}, RunParams(only_keys=["a.md"]), (5, None), lambda p: digest if p else None)
     assert list(out.items) == ["a.md"]
     staged = out.items["a.md"].staged
     assert staged is not None and (staged.path, staged.size, staged.sha256) == ("/s/raw/a", 3, "ab" * 32)
