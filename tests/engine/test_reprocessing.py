@@ -186,3 +186,7 @@ def test_dry_run_and_json_say_why_an_item_would_be_reprocessed(
     assert main(["sync", SID, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["reprocessed"] == {why: 2}
     assert main(["sync", SID]) == 0 and "re-processed" not in capsys.readouterr().out
+    assert main(["item", SID, "d.pdf", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"]["processed_with"]["parser"]["version"] == "99.0"
+    assert main(["item", SID, "d.pdf"]) == 0
+    assert "processed with: parser pdf 99.0 (auto), chunker token" in capsys.readouterr().out
