@@ -80,8 +80,8 @@ def _parser_change(parser: Mapping[str, Any], parsers: Mapping[str, str]) -> str
     """The parser that read the item, when it has another version now ("parser pdf 2.0 -> 3.0")
     or is gone (its format now goes to whichever parser has it); else None."""
     name, version = parser.get("name"), parser.get("version")
-    if not name:
-        return None
+    if not name or version is None:
+        return None  # not recorded (a run staged before records resumed after the deploy): current
     now = parsers.get(str(name))
     if now is None:
         return f"parser {name} {version} no longer registered"
