@@ -2,8 +2,10 @@
 
 Tables
 - ``tributary_items``: one row per (source, item): the version evidence and content hash of
-  what is *in the index*, the processing hash it was built with, its chunk ids, when it was last
-  seen, how many complete listings in a row missed it, and its failure streak.
+  what is *in the index*, the processing hash it was built with and what it went through
+  (``processed_with``: parser name/version/engine, chunker name/version, embedding model), its
+  chunk ids, when it was last seen, how many complete listings in a row missed it, and its
+  failure streak.
 - ``tributary_runs``: one row per sync run: status, params, counts, timings, and who runs it
   (``owner``: host and process of an in-process run; ``heartbeat_at``), which the reaper
   (``plugins.engine.reaper``) reads to tell a live run from a killed one.
@@ -57,6 +59,9 @@ items_table = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("last_error_reason", sa.String(100)),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    # issue 36: {"parser": {name, version, engine}, "chunker": {name, version}, "embedding":
+    # {model, dimensions}, "options": hash}; None: stored before it was recorded (see _add_missing_columns)
+    sa.Column("processed_with", sa.JSON, nullable=True),
 )
 
 runs_table = sa.Table(
@@ -146,6 +151,8 @@ class ItemState:
     last_failure_run: str | None = None
     last_error: str | None = None
     last_error_reason: str | None = None
+    # what the indexed version went through (plugins.engine.processed); None: not recorded
+    processed_with: dict[str, Any] | None = None
 
     @property
     def indexed(self) -> bool:
@@ -306,6 +313,7 @@ class StateStore:
                 "last_failure_run": st.last_failure_run,
                 "last_error": st.last_error,
                 "last_error_reason": st.last_error_reason,
+                "processed_with": st.processed_with,
                 "updated_at": now,
             }
             for st in states  # the last state of a key wins, as when each replaced the one before
@@ -527,6 +535,7 @@ def _item(row: Any) -> ItemState:
         last_failure_run=row.last_failure_run,
         last_error=row.last_error,
         last_error_reason=row.last_error_reason,
+        processed_with=row.processed_with,
     )
 
 

@@ -51,6 +51,7 @@ from plugins.engine import RunContext, get_source, run_pipeline
 from plugins.engine.cli_format import (
     access_text,
     permissions_summary_text,
+    processed_text,
     run_report_text,
     runs_table_text,
     score_text,
@@ -286,6 +287,7 @@ def cmd_item(args: argparse.Namespace) -> int:
     if state:
         text.append(f"  version {state['version']}, {len(state['chunk_ids'])} chunks")
         text.append(f"  failures {state['failure_count']} {state['last_error'] or ''}")
+        text.append("  " + processed_text(state.get("processed_with")))
     else:
         text.append("  not in the index")
     text.append("  " + access_text(found.get("access")))

@@ -16,6 +16,7 @@ __all__ = [
     "RUN_COLUMNS",
     "access_text",
     "permissions_summary_text",
+    "processed_text",
     "run_report_text",
     "runs_table_text",
     "score_text",
@@ -50,6 +51,11 @@ def _count_lines(counts: Mapping[str, Any]) -> list[str]:
     reasons = counts.get("reasons") or {}
     if reasons:
         lines.append("  reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
+    reprocessed = counts.get("reprocessed") or {}
+    if reprocessed:  # items the source did not change, processed again (a new parser version ...)
+        lines.append(
+            f"  re-processed {sum(reprocessed.values())}: " + ", ".join(f"{k} ({v})" for k, v in reprocessed.items())
+        )
     if counts.get("outcome_note"):
         lines.append(f"  why: {counts['outcome_note']}")
     return lines
@@ -209,6 +215,19 @@ def _groups_line(groups: Mapping[str, Any]) -> str:
     if errors:
         line += "; errors: " + ", ".join(f"{k} {v}" for k, v in sorted(errors.items()))
     return line
+
+
+def processed_text(record: Mapping[str, Any] | None) -> str:
+    """``item``'s line on what the indexed version went through (parser, chunker, model)."""
+    if not record:
+        return "processed with: not recorded (indexed before it was kept; recorded at its next re-process)"
+    parser, chunker = record.get("parser") or {}, record.get("chunker") or {}
+    engine = f" ({parser['engine']})" if parser.get("engine") else ""
+    parts = [f"parser {parser.get('name')} {parser.get('version')}{engine}"]
+    parts.append(f"chunker {chunker.get('name')} {chunker.get('version')}")
+    if record.get("embedding"):
+        parts.append(f"model {record['embedding'].get('model')}")
+    return "processed with: " + ", ".join(parts)
 
 
 def access_text(access: Mapping[str, Any] | None, shown: int = 5) -> str:

@@ -127,7 +127,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     unchanged = [*plan.unchanged, *refetched]
     written = [i for m in manifests for i in m.items]
     commit_unchanged(unchanged, prior_states, ctx.run_id, book)
-    commit_written(written, sid, plan.processing_hash, ctx.run_id, book)
+    commit_written(written, sid, plan.processing_hash, ctx.run_id, book, plan.processing_options)
     failures = [*plan.failed, *(f for m in manifests for f in m.failures)]
     record_failures(failures, prior_states, sid, ctx.run_id, book)
     keep_missing(plan.missing, prior_states, book)

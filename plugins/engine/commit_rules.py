@@ -19,6 +19,7 @@ from include.failpoints import failpoint
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
 from plugins.engine.context import RunParams
+from plugins.engine.processed import processed_record
 from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, RunPlan, Skip
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "dry_run_counts",
     "dry_run_lineage",
     "failure_state",
+    "forced_reason",
     "judge_outcome",
     "keep_missing",
     "merge_observed_version",
@@ -53,6 +55,8 @@ class CommitBook:
     counts: Counter[str] = field(default_factory=Counter)
     # why items failed or were skipped for an error this run (``fetch:http_500``, ``quarantined``)
     reasons: Counter[str] = field(default_factory=Counter)
+    # why items the source did not change were re-processed ("parser pdf 2.0 -> 3.0": 4)
+    reprocessed: Counter[str] = field(default_factory=Counter)
 
 
 def apply_deletions(
@@ -135,9 +139,11 @@ def _written(item: ItemRecord) -> tuple[str, Any, Any, Any]:
     return item.parsed.content_hash, item.parsed, item.chunked, item.upserted
 
 
-def written_state(item: ItemRecord, sid: str, processing_hash: str, run_id: str) -> ItemState:
-    """The state row of an item this run indexed."""
-    content_hash, _, chunked, _ = _written(item)
+def written_state(
+    item: ItemRecord, sid: str, processing_hash: str, run_id: str, options_hash: str | None = None
+) -> ItemState:
+    """The state row of an item this run indexed, with what it went through (``processed_with``)."""
+    content_hash, parsed, chunked, _ = _written(item)
     return ItemState(
         source=sid,
         item_key=item.item_key,
@@ -150,6 +156,7 @@ def written_state(item: ItemRecord, sid: str, processing_hash: str, run_id: str)
         url=item.raw.url if item.raw else None,
         last_seen_run=run_id,
         last_indexed_run=run_id,
+        processed_with=processed_record(parsed, chunked, item.embedded, options_hash),
     )
 
 
@@ -170,6 +177,15 @@ def _embedding_lineage(item: ItemRecord) -> dict[str, Any]:
 FORCED_UNCHANGED = "forced re-processing: content and chunks unchanged"
 
 
+def forced_reason(item: ItemRecord, action: str) -> str | None:
+    """The lineage reason of a forced item: that it was forced, why ("parser pdf 2.0 -> 3.0"),
+    and, when it came out as indexed, that re-processing changed nothing."""
+    if not item.forced:
+        return None
+    reason = FORCED_UNCHANGED if action == "unchanged" else "forced re-processing"
+    return f"{reason} ({item.forced_reason})" if item.forced_reason else reason
+
+
 def written_action(item: ItemRecord) -> str:
     """``new`` / ``changed`` for an item this run wrote; ``unchanged`` for a forced one (full
     resync, ``only_keys``, new processing) whose text and chunks came out as they were indexed:
@@ -184,12 +200,11 @@ def written_action(item: ItemRecord) -> str:
 
 def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) -> RunItem:
     content_hash, parsed, chunked, upserted = _written(item)
-    forced_reason = FORCED_UNCHANGED if action == "unchanged" else "forced re-processing"
     return RunItem(
         item_key=item.item_key,
         action=action,
         doc_id=chunked.doc_id,
-        reason=forced_reason if item.forced else None,
+        reason=forced_reason(item, action),
         version_before=item.prior.version_dict if item.prior else None,
         version_after=version.to_dict(),
         content_hash=content_hash,
@@ -211,17 +226,26 @@ def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) ->
     )
 
 
-def commit_written(items: Iterable[ItemRecord], sid: str, processing_hash: str, run_id: str, book: CommitBook) -> None:
+def commit_written(
+    items: Iterable[ItemRecord],
+    sid: str,
+    processing_hash: str,
+    run_id: str,
+    book: CommitBook,
+    options_hash: str | None = None,
+) -> None:
     """Items whose index write succeeded: new or changed by what discovery saw of them (not the
     current row, which a first attempt of this task may already have replaced)."""
     for item in items:
-        state = written_state(item, sid, processing_hash, run_id)
+        state = written_state(item, sid, processing_hash, run_id, options_hash)
         action = written_action(item)
         upserted = _written(item)[3]
         book.states.append(state)
         assert state.version is not None
         book.lineage.append(_written_lineage(item, action, state.version))
         book.counts[action] += 1
+        if item.forced and item.forced_reason:
+            book.reprocessed[item.forced_reason] += 1
         if action == "unchanged":
             book.counts["unchanged_forced"] += 1  # of "unchanged": re-processed by force, same result
         book.counts["chunks_written"] += upserted.written
@@ -330,14 +354,16 @@ def run_counts(plan: RunPlan, manifests: list[BatchManifest], book: CommitBook) 
     result["listing_complete"] = plan.complete
     result["deferred"] = int(plan.stats.get("deferred", 0))  # past max_items, left for a later run
     result["batches"] = len(plan.batches)
+    result["reprocessed"] = dict(sorted(book.reprocessed.items(), key=lambda kv: (-kv[1], kv[0])))
     return result
 
 
-def _would(kind: str, forced: bool) -> str:
+def _would(kind: str, forced: bool, why: str | None) -> str:
     if kind == "new":
         return "dry run: would be indexed (new)"
     if forced:
-        return "dry run: would be re-processed (forced); unchanged (forced) if its content is the same"
+        because = f": {why}" if why else ""
+        return f"dry run: would be re-processed (forced{because}); unchanged (forced) if its content is the same"
     return "dry run: would be re-indexed (changed)"
 
 
@@ -346,7 +372,7 @@ def dry_run_lineage(plan: RunPlan) -> list[RunItem]:
     reason (index and item state are not touched)."""
     forced = set(plan.forced)
     rows = [
-        RunItem(item_key=key, action=kind.value, reason=_would(kind.value, key in forced))
+        RunItem(item_key=key, action=kind.value, reason=_would(kind.value, key in forced, plan.forced_reasons.get(key)))
         for key, kind in plan.new_or_changed.items()
     ]
     rows += [

@@ -10,16 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from include.config import SourceConfig
 from include.contract import ChangeKind
 from include.index import open_index
 from include.settings import get_settings
 from include.staging import StagingArea
 from include.staging.handoffs import Spill
 from include.stores import ItemState, StateStore
-from plugins.chunkers.registry import get_chunker
 from plugins.connectors.base import Connector, ConnectorContext, Discovery, DiscoveryRequest, get_connector_class
-from plugins.embedders.registry import provider_model_id
 from plugins.engine.commit_rules import rebuild_ends
 from plugins.engine.context import MassDeleteError, RunContext, closed_run, log
 from plugins.engine.manifests import read_plan, write_batch_manifest, write_plan
@@ -33,6 +30,7 @@ from plugins.engine.plan_rules import (
     plan_deletions,
     split_batches,
 )
+from plugins.engine.processed import Processing, current_processing, processing_versions
 from plugins.engine.records import RunPlan
 from plugins.parsers.registry import check_engines
 
@@ -43,19 +41,8 @@ __all__ = [
     "canonical_keys",
     "discover_stage",
     "open_connector",
-    "processing_versions",
+    "processing_versions",  # re-exported: plugins.engine.processed has it
 ]
-
-
-def processing_versions(source: SourceConfig) -> dict[str, Any]:
-    """What the processing hash needs beyond the configuration: the chunker's scheme version and
-    the embedding model (id and dimensions), so a new chunking scheme or model re-processes
-    every document once."""
-    versions: dict[str, Any] = {"chunker": get_chunker(source.chunker.name).version}
-    if source.embedding.enabled:
-        versions["embedding_model"] = provider_model_id(source.embedding)
-        versions["embedding_dimensions"] = source.embedding.dimensions
-    return versions
 
 
 def open_connector(ctx: RunContext) -> Connector:
@@ -108,19 +95,19 @@ class Asked(NamedTuple):
 
     found: Discovery
     request: DiscoveryRequest
-    forced: set[str]
+    forced: dict[str, str]  # key -> why it is re-processed
     staged_digest: Callable[[str | None], dict[str, Any] | None] | None = None
 
 
-# (ctx, staging, states, processing hash) -> Asked: one connector call, or merged partitions
-Asker = Callable[[RunContext, StagingArea, dict[str, ItemState], str], Asked]
+# (ctx, staging, states, processing now) -> Asked: one connector call, or merged partitions
+Asker = Callable[[RunContext, StagingArea, dict[str, ItemState], Processing], Asked]
 
 
 def ask_connector(
     ctx: RunContext,
     staging: StagingArea,
     states: dict[str, ItemState],
-    processing: str,
+    processing: Processing,
     partition: str | None = None,
     spill: Spill | None = None,
 ) -> Asked:
@@ -191,7 +178,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
         return planned
     check_engines(source.parser)  # a typo in parser.engines fails here, before any document
     states = store.items(source.source_id)
-    processing = source.processing_hash(processing_versions(source))
+    processing = current_processing(source)
     found, request, forced, staged_digest = (ask or ask_connector)(ctx, staging, states, processing)
     renames = apply_renames(states, forced, found.renames)
     limits = (source.engine_options.quarantine_after, request.max_items)
@@ -213,7 +200,8 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
         source=source.source_id,
         dry_run=params.dry_run,
         complete=found.complete,
-        processing_hash=processing,
+        processing_hash=processing.hash,
+        processing_options=processing.options,
         stats=found.stats,
         unchanged=unchanged,
         to_fetch=[i.item_key for i in to_fetch],
@@ -223,6 +211,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
         skipped=skipped,
         failed=failed,
         forced=sorted(forced),
+        forced_reasons=dict(sorted(forced.items())),
         renames=renames,
         batches=[write_batch_manifest(staging, b) for b in batches],
     )

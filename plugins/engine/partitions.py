@@ -44,9 +44,9 @@ from plugins.engine.discover import (
     canonical_keys,
     discover_stage,
     open_connector,
-    processing_versions,
 )
 from plugins.engine.plan_rules import forced_items
+from plugins.engine.processed import Processing, current_processing
 from plugins.engine.reaper import DagRunState
 from plugins.engine.steps import DiscoverStep, PlanResult, Step, StepResult, start_run
 
@@ -222,7 +222,7 @@ def _settle_handoffs(found: Discovery, states: dict[str, ItemState]) -> None:
 def merged_asker(partials: list[str]) -> Asker:
     """The plan step's replacement of the connector call: the staged parts, merged."""
 
-    def ask(ctx: RunContext, staging: StagingArea, states: dict[str, ItemState], processing: str) -> Asked:
+    def ask(ctx: RunContext, staging: StagingArea, states: dict[str, ItemState], processing: Processing) -> Asked:
         parts = [PartialDiscovery.read(str(p)) for p in partials]
         params, source = ctx.params, ctx.source
         with open_connector(ctx) as connector:
@@ -293,7 +293,7 @@ class CrawlPartitionStep(Step[PartitionResult]):
             log.info("%s: run %s already planned; partition %d not crawled again", self._who(), ctx.run_id, self.index)
             return PartitionResult(partial=path, partition=self.partition)
         states = store.items(ctx.source.source_id)
-        processing = ctx.source.processing_hash(processing_versions(ctx.source))
+        processing = current_processing(ctx.source)
         start = time.perf_counter()
         spill = handoff_spill(staging, self.index)
         found = ask_connector(ctx, staging, states, processing, partition=self.partition, spill=spill).found

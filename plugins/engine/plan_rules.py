@@ -15,6 +15,7 @@ from typing import Any
 from include.contract import Change, ChangeKind, VersionEvidence
 from include.stores import ItemState
 from plugins.engine.context import RunParams
+from plugins.engine.processed import Processing, reprocess_reason
 from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, PriorState, Skip, StagedRef
 
 __all__ = [
@@ -32,28 +33,30 @@ __all__ = [
 
 
 def forced_items(
-    params: RunParams, states: Mapping[str, ItemState], processing: str
-) -> tuple[dict[str, VersionEvidence], set[str]]:
-    """(stored versions the connector may trust, keys that must be re-fetched regardless).
+    params: RunParams, states: Mapping[str, ItemState], processing: Processing
+) -> tuple[dict[str, VersionEvidence], dict[str, str]]:
+    """(stored versions the connector may trust, keys that must be re-fetched regardless -> why).
 
     Items whose stored version must not be trusted are withheld from the connector, which then
-    treats them as new (no validators sent): full resync, changed parser/chunker options, named
-    in ``only_keys``.
+    treats them as new (no validators sent): full resync, named in ``only_keys``, or processed
+    otherwise than the source would now (:func:`plugins.engine.processed.reprocess_reason`: new
+    options, chunker or model for every item; a new parser version for the items it read).
     """
     only = set(params.only_keys or ())
     known: dict[str, VersionEvidence] = {}
-    forced: set[str] = set()
+    forced: dict[str, str] = {}
     for key, st in states.items():
         if not st.indexed:
             continue
-        if params.full_resync or st.processing_hash != processing or key in only:
-            forced.add(key)
+        why = "full resync" if params.full_resync else "named in only_keys" if key in only else None
+        if (why := why or reprocess_reason(st, processing)) is not None:
+            forced[key] = why
             continue
         known[key] = st.version or VersionEvidence()
     return known, forced
 
 
-def apply_renames(states: dict[str, ItemState], forced: set[str], renames: Mapping[str, str]) -> dict[str, str]:
+def apply_renames(states: dict[str, ItemState], forced: dict[str, str], renames: Mapping[str, str]) -> dict[str, str]:
     """Re-key the stored states a connector renamed (old -> new), in memory: the plan then treats
     each as the item it was (same doc id, chunk ids, version). The commit stage renames the rows.
     A rename onto a key that already has state, or of a key without state, is ignored."""
@@ -64,8 +67,7 @@ def apply_renames(states: dict[str, ItemState], forced: set[str], renames: Mappi
             st.item_key = new
             states[new] = st
             if old in forced:
-                forced.discard(old)
-                forced.add(new)
+                forced[new] = forced.pop(old)
             applied[old] = new
     return applied
 
@@ -94,7 +96,7 @@ class Classified:
 def classify_changes(
     changes: Iterable[Change],
     states: Mapping[str, ItemState],
-    forced: set[str],
+    forced: Mapping[str, str],
     params: RunParams,
     limits: tuple[int, int | None],
     staged_digest: Callable[[str | None], dict[str, Any] | None],
@@ -130,11 +132,13 @@ def classify_changes(
                 change.kind = ChangeKind.NEW
             elif change.kind is ChangeKind.NEW:
                 change.kind = ChangeKind.CHANGED  # indexed, withheld from the connector (forced)
+        # a connector may ask for a rewrite of unchanged text (its URL moved, say)
+        rewrite = "rewrite asked by the connector" if change.metadata.get("rewrite") else None
         out.items[key] = ItemRecord(
             change=change,
             prior=PriorState.of(st),
-            # a connector may ask for a rewrite of unchanged text (its URL moved, say)
-            forced=key in forced or bool(change.metadata.get("rewrite")),
+            forced=key in forced or rewrite is not None,
+            forced_reason=forced.get(key) or rewrite,
             staged=StagedRef.from_digest(change.staged_path, staged_digest(change.staged_path)),
         )
     return out

@@ -19,6 +19,7 @@ from include.config import SourceConfig
 from include.contract import Change, Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError
+from plugins.chunkers.registry import get_chunker
 from plugins.connectors.base import AccessRequest, Connector
 from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.lineage import parser_warnings
@@ -219,6 +220,7 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
             chunk_ids=[c.chunk_id for c in chunks],
             chunker=str(meta.get("chunker", source.chunker.name)),
             chunker_options_hash=meta.get("chunker_options_hash"),
+            chunker_version=str(meta.get("chunker_version") or get_chunker(source.chunker.name).version),
         )
         out.items.append(_timed(item, "chunk", start, chunked=outcome))
     _point_at_parts(out.items, "chunked", writer.close())

@@ -173,6 +173,7 @@ class ChunkOutcome:
     chunk_ids: list[str]
     chunker: str
     chunker_options_hash: str | None = None
+    chunker_version: str | None = None  # None: staged before versions were recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,7 @@ class ItemRecord:
     change: Change
     prior: PriorState | None = None
     forced: bool = False  # re-process even if unchanged (full resync, new options, only_keys, rewrite)
+    forced_reason: str | None = None  # why, in words ("parser pdf 2.0 -> 3.0"): to the lineage row
     staged: StagedRef | None = None  # bytes discovery staged (a crawler), checked when fetch reads them
     raw: RawRef | None = None
     parsed: ParseOutcome | None = None
@@ -313,6 +315,7 @@ class RunPlan:
     dry_run: bool
     complete: bool  # the connector listed the whole source (absent items may be deleted)
     processing_hash: str
+    processing_options: str | None = None  # the options alone: recorded per item (plugins.engine.processed)
     stats: dict[str, Any] = field(default_factory=dict)
     unchanged: list[ItemRecord] = field(default_factory=list)
     to_fetch: list[str] = field(default_factory=list)
@@ -322,6 +325,7 @@ class RunPlan:
     skipped: list[Skip] = field(default_factory=list)
     failed: list[ItemFailure] = field(default_factory=list)  # failed during discovery
     forced: list[str] = field(default_factory=list)
+    forced_reasons: dict[str, str] = field(default_factory=dict)  # forced key -> why
     renames: dict[str, str] = field(default_factory=dict)
     batches: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION

@@ -30,6 +30,7 @@ __all__ = [
     "get_parser",
     "load_builtins",
     "parse_document",
+    "parser_versions",
     "register_parser",
     "sniff_media_type",
 ]
@@ -238,6 +239,13 @@ def get_parser(media_type: str | None) -> ParserSpec | None:
     if media_type is None:
         return None
     return _BY_MEDIA_TYPE.get(media_type.split(";")[0].strip().lower())
+
+
+def parser_versions() -> dict[str, str]:
+    """Every registered parser's name with its version: what planning compares an item's recorded
+    parser with (a new version re-processes the items that parser read)."""
+    load_builtins()
+    return {spec.name: spec.version for spec in _BY_MEDIA_TYPE.values()}
 
 
 def parse_document(raw: RawDocument, options: Mapping[str, Any] | None = None) -> ParsedDocument:

@@ -268,6 +268,10 @@ def test_changing_the_model_re_embeds_every_document_once(tributary_home: Path, 
     assert (
         counts["unchanged_forced"] == 5 and counts["chunks_embedded"] == first["chunks_embedded"] == embedder.embedded
     )
+    # every note is re-processed, re-fetched too: the parsed documents are not kept between runs
+    assert counts["fetched"] == 5 and counts["reprocessed"] == {
+        f"embedding model {_model(src)} -> {_model(switched)}": 5
+    }
     assert _run(switched, HashEmbedder(embedder.model_id))["chunks_embedded"] == 0
 
 

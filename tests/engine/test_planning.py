@@ -3,6 +3,8 @@ SQLite state store."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from include.contract import Change, ChangeKind, VersionEvidence
 from include.stores import StateStore
 from plugins.engine.context import RunParams
@@ -17,6 +19,7 @@ from plugins.engine.plan_rules import (
     quarantine_reason,
     split_batches,
 )
+from plugins.engine.processed import Processing, reprocess_reason
 from tests.engine.conftest import SID, state, stored
 
 
@@ -32,21 +35,51 @@ def test_forced_items_withholds_untrusted_versions(store: StateStore) -> None:
         state("named.md"),
         state("never.md", indexed=False),
     )
-    known, forced = forced_items(RunParams(only_keys=["named.md"]), states, "proc")
+    known, forced = forced_items(RunParams(only_keys=["named.md"]), states, Processing("proc"))
     assert set(known) == {"same.md"} and known["same.md"].etag == "e-same.md"
-    assert forced == {"options.md", "named.md"}  # a never-indexed item is new anyway
-    known, forced = forced_items(RunParams(full_resync=True), states, "proc")
-    assert known == {} and forced == {"same.md", "options.md", "named.md"}
+    # a never-indexed item is new anyway; no record of what the item went through: the hash says
+    assert forced == {"options.md": "processing options or versions changed", "named.md": "named in only_keys"}
+    known, forced = forced_items(RunParams(full_resync=True), states, Processing("proc"))
+    assert known == {} and forced == dict.fromkeys(("same.md", "options.md", "named.md"), "full resync")
+
+
+def test_reprocess_reason_names_what_changed(store: StateStore) -> None:
+    record = {
+        "parser": {"name": "pdf", "version": "2.0", "engine": "auto"},
+        "chunker": {"name": "token", "version": "2"},
+        "embedding": {"model": "m1", "dimensions": 8},
+        "options": "opts",
+    }
+    now = Processing("proc", "opts", {"name": "token", "version": "2"}, "m1", {"pdf": "2.0", "html": "1.0"})
+    html = {**record, "parser": {"name": "html", "version": "1.0"}}
+    st = stored(store, state("a.pdf", processed_with=record), state("b.html", processed_with=html))
+    assert reprocess_reason(st["a.pdf"], now) is None
+    bumped = dataclasses.replace(now, parsers={"pdf": "3.0", "html": "1.0"})
+    assert reprocess_reason(st["a.pdf"], bumped) == "parser pdf 2.0 -> 3.0"
+    assert reprocess_reason(st["b.html"], bumped) is None  # another parser's version: not its business
+    gone = dataclasses.replace(now, parsers={"html": "1.0"})
+    assert reprocess_reason(st["a.pdf"], gone) == "parser pdf 2.0 no longer registered"
+    # the hashed parts: the record says which one changed
+    rechunked = dataclasses.replace(now, hash="proc2", chunker={"name": "heading", "version": "1"})
+    assert reprocess_reason(st["a.pdf"], rechunked) == "chunker token 2 -> heading 1"
+    both = dataclasses.replace(bumped, hash="proc2", options="opts2", embedding_model="m2")
+    assert reprocess_reason(st["a.pdf"], both) == "parser pdf 2.0 -> 3.0; embedding model m1 -> m2"
+    assert (
+        reprocess_reason(st["a.pdf"], dataclasses.replace(now, hash="p2", options="o2")) == "processing options changed"
+    )
+    old = stored(store, state("old.pdf", processing_hash="proc"))["old.pdf"]  # no record: stored before them
+    assert reprocess_reason(old, bumped) is None
+    assert reprocess_reason(old, rechunked) == "processing options or versions changed"
 
 
 def test_renames_move_state_and_forced_mark_but_never_overwrite(store: StateStore) -> None:
     states = stored(store, state("old.md"), state("taken.md"), state("other.md"))
-    forced = {"old.md"}
+    forced = {"old.md": "full resync"}
     applied = apply_renames(states, forced, {"old.md": "new.md", "other.md": "taken.md", "ghost.md": "x.md"})
     assert applied == {"old.md": "new.md"}
     assert "old.md" not in states and states["new.md"].item_key == "new.md"
     assert states["new.md"].doc_id == stored(store)["old.md"].doc_id  # same document
-    assert forced == {"new.md"}
+    assert forced == {"new.md": "full resync"}
     assert states["other.md"].item_key == "other.md"  # a rename onto existing state is ignored
 
 
@@ -70,7 +103,8 @@ def test_classify_changes_sorts_each_change(store: StateStore) -> None:
         Change("late.md", ChangeKind.NEW),  # beyond max_items
         Change("moved.md", ChangeKind.UNCHANGED, metadata={"rewrite": True}),
     ]
-    out = classify_changes(changes, states, {"cached.md"}, RunParams(), (5, 2), _no_digest)
+    forced = {"cached.md": "parser pdf 1 -> 2"}
+    out = classify_changes(changes, states, forced, RunParams(), (5, 2), _no_digest)
     assert out.explicit_deletes == {"gone.md": "trashed"}
     assert [(s.item_key, s.reason) for s in out.skipped] == [("bad.md", "quarantined after 5 failures")]
     assert {k: i.change.kind.value for k, i in out.items.items()} == {
@@ -80,6 +114,8 @@ def test_classify_changes_sorts_each_change(store: StateStore) -> None:
         "moved.md": "unchanged",
     }
     assert out.items["cached.md"].forced and out.items["moved.md"].forced and not out.items["kept.md"].forced
+    assert out.items["cached.md"].forced_reason == "parser pdf 1 -> 2"
+    assert out.items["moved.md"].forced_reason == "rewrite asked by the connector"
     prior = out.items["kept.md"].prior
     assert prior is not None and prior.doc_id == states["kept.md"].doc_id and prior.has_version
     assert out.items["fresh.md"].prior is None
@@ -89,9 +125,7 @@ def test_classify_changes_sorts_each_change(store: StateStore) -> None:
 def test_classify_changes_keeps_only_named_keys_and_records_staged_digest(store: StateStore) -> None:
     digest = {"size": 3, "sha256": "ab" * 32}
     changes = [Change("a.md", ChangeKind.NEW, staged_path="/s/raw/a"), Change("b.md", ChangeKind.NEW)]
-    out = classify_changes(
-        changes, {}, set(), RunParams(only_keys=["a.md"]), (5, None), lambda p: digest if p else None
-    )
+    out = classify_changes(changes, {}, {}, RunParams(only_keys=["a.md"]), (5, None), lambda p: digest if p else None)
     assert list(out.items) == ["a.md"]
     staged = out.items["a.md"].staged
     assert staged is not None and (staged.path, staged.size, staged.sha256) == ("/s/raw/a", 3, "ab" * 32)
@@ -156,7 +190,7 @@ def test_mass_delete_guard_threshold() -> None:
 
 def test_split_batches_numbers_consecutive_batches(store: StateStore) -> None:
     changes = [Change(f"{n}.md", ChangeKind.NEW) for n in range(5)]
-    items = list(classify_changes(changes, {}, set(), RunParams(), (5, None), _no_digest).items.values())
+    items = list(classify_changes(changes, {}, {}, RunParams(), (5, None), _no_digest).items.values())
     batches = split_batches("r1", SID, items, 2)
     assert [(b.batch, b.stage, [i.item_key for i in b.items]) for b in batches] == [
         (0, "batch", ["0.md", "1.md"]),

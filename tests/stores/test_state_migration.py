@@ -1,8 +1,8 @@
 """A state DB created by an older version gets the columns a newer one added (SQLite, PostgreSQL).
 
 ``create_all`` creates missing tables only: without ``_add_missing_columns`` a database from
-before the reaper (``owner``, ``heartbeat_at``) or lineage warnings (``warnings``) fails the
-first insert that names them.
+before the reaper (``owner``, ``heartbeat_at``), lineage warnings (``warnings``) or the record of
+what processed an item (``processed_with``, issue 36) fails the first insert that names them.
 """
 
 from __future__ import annotations
@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from include.stores import RunItem, StateStore
+from include.contract import VersionEvidence
+from include.stores import ItemState, RunItem, StateStore
 
-_ADDED = {"tributary_runs": ("owner", "heartbeat_at"), "tributary_run_items": ("warnings",)}
+_ADDED = {
+    "tributary_runs": ("owner", "heartbeat_at"),
+    "tributary_run_items": ("warnings",),
+    "tributary_items": ("processed_with",),
+}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -27,6 +32,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_columns_missing_from_an_older_database_are_added(url: str) -> None:
     old = StateStore(url)
     old.start_run("before", "files:m", run_type="inline")
+    old.save_items([_item("old.md")])
     with old.engine.begin() as conn:  # what an older version's tables looked like
         for table, columns in _ADDED.items():
             for column in columns:
@@ -44,5 +50,14 @@ def test_columns_missing_from_an_older_database_are_added(url: str) -> None:
         assert after is not None and after["owner"] == {"host": "h", "pid": 1}
         assert before is not None and before["owner"] is None  # old rows stay valid
         assert [r["run_id"] for r in store.running_runs("files:m")] == ["before", "after"]
+        record = {"parser": {"name": "pdf", "version": "2.0", "engine": "auto"}}
+        store.save_items([_item("new.md", processed_with=record)])
+        items = store.items("files:m")
+        assert items["old.md"].processed_with is None  # stored before records: planning treats it as current
+        assert items["old.md"].content_hash == "h" and items["new.md"].processed_with == record
     finally:
         store.close()
+
+
+def _item(key: str, **kw: object) -> ItemState:
+    return ItemState("files:m", key, f"doc-{key}", VersionEvidence(etag="e"), "h", "proc", [f"doc-{key}-0"], **kw)  # type: ignore[arg-type]

@@ -37,7 +37,8 @@ __all__ = [
 # counts grouped as a person reads them; keys not named here go to "Other"
 _COUNT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Items", ("new", "changed", "unchanged", "deleted", "failed", "skipped", "missing_not_deleted")),
-    ("Stages", ("fetched", "parsed", "chunked", "batches")),
+    # reprocessed: why items the source did not change went through again ("parser pdf 2.0 -> 3.0" 4)
+    ("Stages", ("fetched", "parsed", "chunked", "reprocessed", "batches")),
     (
         "Chunks",
         (
