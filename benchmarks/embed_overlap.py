@@ -27,9 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
+from benchmarks.resync_embedding import CountingEmbedder
 from include.config import EmbeddingConfig, SourceConfig
 from plugins.embedders.base import EmbeddedTexts, Embedder
 from plugins.engine import run_pipeline
@@ -40,22 +38,16 @@ REPEATS = 3
 GOAL = 1.1
 
 
-class RecordingEmbedder(Embedder):
+class RecordingEmbedder(CountingEmbedder):
     """The source's real embedder, keeping each call's texts (to replay them alone)."""
 
     def __init__(self, inner: Embedder, calls: list[list[str]]) -> None:
-        self.inner, self.calls = inner, calls
-        self.model_id, self.dimensions, self.batch_size = inner.model_id, inner.dimensions, inner.batch_size
+        super().__init__(inner, [])
+        self.calls = calls
 
     def embed_documents(self, texts: Sequence[str]) -> EmbeddedTexts:
         self.calls.append(list(texts))
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        return self.inner.embed_query(text)
-
-    def close(self) -> None:
-        self.inner.close()
+        return super().embed_documents(texts)
 
 
 def _source(root: Path) -> SourceConfig:
