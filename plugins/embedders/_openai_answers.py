@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from include.redact import redact_secret
+from plugins.embedders._in_flight import Failures
 from plugins.embedders.base import EmbeddingError
 
 __all__ = ["MAX_JSON_DEPTH", "CallRows", "bad_rows_error", "decode_json", "error_detail", "place_answer"]
@@ -45,13 +47,17 @@ _WHAT = {
 @dataclass(slots=True)
 class CallRows:
     """What one embedding call collects: vectors by row, bad rows by reason, what is left of
-    its allowance of requests for narrowing down refusals, and when the call must end."""
+    its allowance of requests for narrowing down refusals, and when the call must end. The
+    call's requests may run in several threads: ``lock`` guards the rest, ``failures`` says
+    which of them are past a failed one and start no new request."""
 
     vectors: list[npt.NDArray[np.float32] | None]
     ends_at: float = math.inf  # time.monotonic() deadline of the whole call, retries included
     bad: dict[str, list[int]] = field(default_factory=dict)
     bisect_budget: int = 64  # requests one call may spend finding the refused texts of 400s
     refusal: str = ""  # the endpoint's first refusal, for the error message
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    failures: Failures = field(default_factory=Failures, repr=False, compare=False)
 
 
 def _nests_deeper_than(body: bytes, limit: int) -> bool:

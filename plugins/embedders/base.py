@@ -63,6 +63,7 @@ class Embedder(abc.ABC):
     model_id: str
     dimensions: int
     batch_size: int = 32
+    max_in_flight: int = 1  # requests one call keeps going at once: a call of it is worth that many batches
 
     @abc.abstractmethod
     def embed_documents(self, texts: Sequence[str]) -> EmbeddedTexts:

@@ -4,7 +4,7 @@ Runs between chunk and upsert for a source with ``embedding`` enabled (a BM25-on
 such stage). For the batch's chunks it asks the index for vectors it already holds under the
 same model and chunk text hash (:meth:`~include.index.IndexBackend.vectors_for`, the vector
 cache), embeds only the misses (each distinct text once, ``embedding.batch_size`` texts per
-call), checks every row (dimension, finite values) and stages one vector file per document
+request, the provider's ``max_in_flight`` requests' worth per call), checks every row (dimension, finite values) and stages one vector file per document
 (:mod:`include.vectors`, every chunk of the document in chunk order) for the upsert.
 
 Failures follow the engine's rule: a text the model refuses or answers badly (wrong dimension,
@@ -220,7 +220,8 @@ def embed_stage(
         model, dims = embedder.model_id, embedder.dimensions
         cached = _usable(_cached(index_factory, model, {c.text_hash for c in all_chunks}), dims)
         found = _BatchVectors(dims, cached)
-        _embed_misses(embedder, all_chunks, found, source.embedding.batch_size)
+        # enough texts per call for the provider's requests in flight (one batch each)
+        _embed_misses(embedder, all_chunks, found, source.embedding.batch_size * max(1, embedder.max_in_flight))
     finally:
         embedder.close()
     elapsed = round((time.perf_counter() - start) * 1000 / len(docs), 2)

@@ -22,7 +22,7 @@ TEXTS = ["the cat sat on the mat", "如何重置密码", "a dog in the park", "r
 
 
 def test_vectors_in_input_order_normalised_and_batched(sim: EmbeddingSimulator, make_embedder: MakeEmbedder) -> None:
-    embedder = make_embedder(batch_size=3)
+    embedder = make_embedder(batch_size=3, max_in_flight=1)  # one after another: requests in order
     result = embedder.embed_documents(TEXTS * 2)
     assert result.vectors.shape == (8, 1536) and result.vectors.dtype == np.float32
     expected = np.vstack([bag_of_words_vector(t, 1536) for t in TEXTS * 2])
