@@ -32,11 +32,22 @@ ENDPOINT_REASONS = frozenset({"blocked_address", "unauthorized", "not_found", "r
 class EmbeddingError(RuntimeError):
     """An embedding call that failed; ``reason`` is a short machine-readable word."""
 
-    def __init__(self, reason: str, message: str, *, retryable: bool, rows: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        retryable: bool,
+        rows: Sequence[int] = (),
+        partial: EmbeddedTexts | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.retryable = retryable
         self.rows = list(rows)  # which texts of the call are to blame (empty: the whole call)
+        # with ``rows``: every row of the call, the others' vectors embedded (``rows`` zero), so a
+        # caller need not send them again
+        self.partial = partial
 
     @property
     def about_endpoint(self) -> bool:

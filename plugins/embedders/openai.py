@@ -43,8 +43,8 @@ bounded before decoding): one ``data`` entry per input, placed by its ``index``;
 must have the configured dimension (or, when none is configured, the size most vectors of the
 first answer had) and finite values within float range. Bad rows are collected over the whole
 call and raised together as a non-retryable error naming them (``bad_dimension``,
-``not_finite``, ``bad_response``, ``zero_vector``), so the engine fails those documents and the
-run goes on; an answer that is no JSON at all fails its request's rows as ``bad_response``. A
+``not_finite``, ``bad_response``, ``zero_vector``) and carrying the other rows' vectors
+(``partial``), so the engine fails those documents, keeps the rest and the run goes on; an answer that is no JSON at all fails its request's rows as ``bad_response``. A
 400 for a batch (an input the endpoint refuses) is narrowed down by halving the batch until the
 refused texts are found (``refused``, with their rows). Vectors are normalised to unit length
 (OpenAI's are already; TEI and Ollama may not be).
@@ -276,11 +276,15 @@ class OpenAIEmbedder(Embedder):
         groups = [list(range(at, min(at + self.batch_size, len(sent)))) for at in range(0, len(sent), self.batch_size)]
         tasks = [self._rows_task(sent, rows, call, position) for position, rows in enumerate(groups)]
         run_bounded(tasks, self.max_in_flight, call.failures)
+        matrix = np.zeros((len(sent), self._dimensions), dtype=np.float32)
+        for row, vector in enumerate(call.vectors):
+            if vector is not None:  # (every row, once no row is bad)
+                matrix[row] = vector
         if call.bad:
-            raise bad_rows_error(call, self._dimensions, f"{self.endpoint.url} ({self.model})")
-        done = [v for v in call.vectors if v is not None]  # every row, once no row is bad
-        matrix = np.vstack(done) if done else np.zeros((0, self._dimensions), dtype=np.float32)
-        return EmbeddedTexts(matrix.astype(np.float32, copy=False), truncated)
+            error = bad_rows_error(call, self._dimensions, f"{self.endpoint.url} ({self.model})")
+            error.partial = EmbeddedTexts(matrix, truncated)  # the good rows: not to be sent again
+            raise error
+        return EmbeddedTexts(matrix, truncated)
 
     def _prepare(self, texts: Sequence[str]) -> tuple[list[str], list[Truncation]]:
         empty = [row for row, text in enumerate(texts) if not text.strip()]

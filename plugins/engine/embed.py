@@ -90,8 +90,9 @@ def _bad_rows(result: EmbeddedTexts, count: int, dimensions: int) -> dict[int, t
 
 
 def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str], found: _BatchVectors) -> int:
-    """Embed one call's texts into ``found``; a refused row is recorded and the others are asked
-    again without it. Returns the number of texts sent to the model."""
+    """Embed one call's texts into ``found``; a refused row is recorded and the others are kept
+    from the error (a provider that sends their vectors along), else asked again without it.
+    Returns the number of texts sent to the model."""
     pending = list(range(len(texts)))
     sent = 0
     while pending:
@@ -105,6 +106,10 @@ def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str]
                 raise
             rows = [r for r in exc.rows if 0 <= r < len(pending)] or list(range(len(pending)))
             bad = dict.fromkeys(rows, (exc.reason, str(exc)))
+            partial = exc.partial  # the other rows' vectors, when they came with the error
+            if exc.rows and partial is not None and np.shape(partial.vectors) == (len(pending), found.dimensions):
+                result = partial
+                bad = {**_bad_rows(partial, len(pending), found.dimensions), **bad}
         for row, problem in bad.items():
             found.failed[hashes[pending[row]]] = problem
         if result is not None:
