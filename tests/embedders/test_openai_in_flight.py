@@ -66,7 +66,7 @@ def _error_of(make_embedder: MakeEmbedder, texts: list[str], **fields: Any) -> t
 
 
 def _queue_faults(sim: EmbeddingSimulator) -> None:
-    """Bad rows in two requests and a refused text in a third."""
+    """Bad rows in two requests (rows 3 and 12)."""
     sim.fault("nan", when="number 3 ", times=5)
     sim.fault("wrong_dimension", when="number 12 ", times=5)
 
