@@ -180,7 +180,9 @@ class EmbeddingConfig(BaseModel):
     checked against it. ``batch_size``: texts per model call or request. ``max_input_tokens``
     caps what one chunk may send (the model's own limit when unset). ``requests_per_minute``:
     the endpoint's request budget, shared by every worker through Redis. ``timeout_seconds``:
-    the deadline of one request (of a whole query embedding). ``allow_private_networks``: let
+    the deadline of one request (of a whole query embedding). ``max_in_flight``: requests of one
+    ``openai`` call sent at once (1: one after another), each still taking its place in the
+    budget. ``allow_private_networks``: let
     the ``openai`` endpoint be a link-local or reserved address (loopback and private networks
     always are; cloud metadata addresses never).
     """
@@ -194,6 +196,7 @@ class EmbeddingConfig(BaseModel):
     max_input_tokens: int | None = Field(default=None, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_seconds: float = Field(default=60.0, gt=0)
+    max_in_flight: int = Field(default=4, ge=1, le=32)
     allow_private_networks: bool = False
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from include.redact import redact_secret
+from plugins.embedders._in_flight import Failures
 from plugins.embedders.base import EmbeddingError
 
 __all__ = ["MAX_JSON_DEPTH", "CallRows", "bad_rows_error", "decode_json", "error_detail", "place_answer"]
@@ -28,11 +30,9 @@ __all__ = ["MAX_JSON_DEPTH", "CallRows", "bad_rows_error", "decode_json", "error
 MAX_JSON_DEPTH = 32
 _DETAIL_CHARS = 300
 _SCAN_BLOCK = 1 << 20
-# +1 for an opening bracket, -1 for a closing one; brackets inside strings count too, an
-# over-estimate no embeddings answer comes near (its strings are keys and a model name)
-_DEPTH_STEP = np.zeros(256, dtype=np.int32)
-_DEPTH_STEP[[ord("["), ord("{")]] = 1
-_DEPTH_STEP[[ord("]"), ord("}")]] = -1
+_OPENING = (ord("["), ord("{"))
+_CLOSING = (ord("]"), ord("}"))
+_NUMBER_TYPES = frozenset({float, int})  # what json.loads makes of a number
 _WHAT = {
     "bad_dimension": "vectors not of {dimensions} dimensions",
     "not_finite": "vectors with NaN, infinite or out-of-range values",
@@ -45,21 +45,34 @@ _WHAT = {
 @dataclass(slots=True)
 class CallRows:
     """What one embedding call collects: vectors by row, bad rows by reason, what is left of
-    its allowance of requests for narrowing down refusals, and when the call must end."""
+    its allowance of requests for narrowing down refusals, and when the call must end. The
+    call's requests may run in several threads: ``lock`` guards the rest, ``failures`` says
+    which of them are past a failed one and start no new request."""
 
     vectors: list[npt.NDArray[np.float32] | None]
     ends_at: float = math.inf  # time.monotonic() deadline of the whole call, retries included
     bad: dict[str, list[int]] = field(default_factory=dict)
     bisect_budget: int = 64  # requests one call may spend finding the refused texts of 400s
     refusal: str = ""  # the endpoint's first refusal, for the error message
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    failures: Failures = field(default_factory=Failures, repr=False, compare=False)
 
 
 def _nests_deeper_than(body: bytes, limit: int) -> bool:
-    """Whether brackets in ``body`` nest deeper than ``limit`` (linear, a block at a time in numpy)."""
+    """Whether brackets in ``body`` nest deeper than ``limit`` (linear, a block at a time in numpy).
+
+    Brackets inside strings count too, an over-estimate no embeddings answer comes near (its
+    strings are keys and a model name). Only the brackets are summed: an answer of vectors is
+    almost all digits, one bracket pair a vector."""
     view = np.frombuffer(body, dtype=np.uint8)
     depth = 0
     for start in range(0, view.size, _SCAN_BLOCK):
-        levels = np.cumsum(_DEPTH_STEP[view[start : start + _SCAN_BLOCK]]) + depth
+        block = view[start : start + _SCAN_BLOCK]
+        opening = (block == _OPENING[0]) | (block == _OPENING[1])
+        brackets = np.flatnonzero(opening | (block == _CLOSING[0]) | (block == _CLOSING[1]))
+        if brackets.size == 0:
+            continue
+        levels = np.cumsum(np.where(opening[brackets], 1, -1)) + depth
         if int(levels.max()) > limit:
             return True
         depth = int(levels[-1])
@@ -87,7 +100,13 @@ def error_detail(body: bytes, key: str | None) -> str:
 
 def vector_of(raw: Any, dimensions: int) -> tuple[npt.NDArray[np.float32] | None, str | None]:
     """One ``embedding`` entry as a unit float32 vector, or why it is refused."""
-    if not isinstance(raw, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw):
+    if not isinstance(raw, list):
+        return None, "bad_response"
+    # the types present, in C (a value at a time in Python was most of a 1,536-dimension answer's
+    # CPU time); anything but exact floats and ints gets the full check
+    if not set(map(type, raw)) <= _NUMBER_TYPES and not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in raw
+    ):
         return None, "bad_response"
     try:
         vector = np.asarray(raw, dtype=np.float64)

@@ -32,11 +32,22 @@ ENDPOINT_REASONS = frozenset({"blocked_address", "unauthorized", "not_found", "r
 class EmbeddingError(RuntimeError):
     """An embedding call that failed; ``reason`` is a short machine-readable word."""
 
-    def __init__(self, reason: str, message: str, *, retryable: bool, rows: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        retryable: bool,
+        rows: Sequence[int] = (),
+        partial: EmbeddedTexts | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.retryable = retryable
         self.rows = list(rows)  # which texts of the call are to blame (empty: the whole call)
+        # with ``rows``: every row of the call, the others' vectors embedded (``rows`` zero), so a
+        # caller need not send them again
+        self.partial = partial
 
     @property
     def about_endpoint(self) -> bool:
@@ -63,6 +74,7 @@ class Embedder(abc.ABC):
     model_id: str
     dimensions: int
     batch_size: int = 32
+    max_in_flight: int = 1  # requests one call keeps going at once: a call of it is worth that many batches
 
     @abc.abstractmethod
     def embed_documents(self, texts: Sequence[str]) -> EmbeddedTexts:

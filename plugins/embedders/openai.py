@@ -20,7 +20,11 @@ non-unicast addresses never, as an error excerpt of theirs would land in the sta
 A refused address is ``blocked_address``, not retried.
 
 **Requests**: ``{"model", "input": [...], "encoding_format": "float"}`` plus ``dimensions``
-when configured, ``batch_size`` texts each (OpenAI takes at most 2,048). Each request first takes
+when configured, ``batch_size`` texts each (OpenAI takes at most 2,048). A call's requests go
+``max_in_flight`` at a time (threads on the one client; the next starts when one ends, so nothing
+queues beyond them; 1: one after another), their answers placed by row whatever order they come
+back in; when one fails, no further request of the call starts, and once the running ones end the
+error of the earliest failing request is raised, as one after another would have. Each request first takes
 a place in the endpoint's budget (``requests_per_minute``; one sliding window per endpoint origin,
 in Redis when ``TRIBUTARY_REDIS_URL`` is set, as the connectors' budgets are: every worker shares
 it); a 429 also pauses the whole origin's budget for its ``Retry-After``. Transient failures (429,
@@ -39,8 +43,8 @@ bounded before decoding): one ``data`` entry per input, placed by its ``index``;
 must have the configured dimension (or, when none is configured, the size most vectors of the
 first answer had) and finite values within float range. Bad rows are collected over the whole
 call and raised together as a non-retryable error naming them (``bad_dimension``,
-``not_finite``, ``bad_response``, ``zero_vector``), so the engine fails those documents and the
-run goes on; an answer that is no JSON at all fails its request's rows as ``bad_response``. A
+``not_finite``, ``bad_response``, ``zero_vector``) and carrying the other rows' vectors
+(``partial``), so the engine fails those documents, keeps the rest and the run goes on; an answer that is no JSON at all fails its request's rows as ``bad_response``. A
 400 for a batch (an input the endpoint refuses) is narrowed down by halving the batch until the
 refused texts are found (``refused``, with their rows). Vectors are normalised to unit length
 (OpenAI's are already; TEI and Ollama may not be).
@@ -60,6 +64,7 @@ import dataclasses
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -78,6 +83,7 @@ from include.pinned_http import AddressCheck, RequestDeadline, guarded_transport
 from include.ratelimit import Rate, RateLimiter, RateLimitTimeout
 from include.retry import RetryPolicy, parse_retry_after
 from include.settings import get_settings
+from plugins.embedders._in_flight import Abandoned, run_bounded
 from plugins.embedders._openai_answers import CallRows, bad_rows_error, decode_json, error_detail, place_answer
 from plugins.embedders.base import EmbeddedTexts, Embedder, EmbeddingError, Truncation
 from plugins.embedders.registry import provider_model_id, register_provider
@@ -202,8 +208,10 @@ class OpenAIEmbedder(Embedder):
         self.model_id = model_id
         self._dimensions = config.dimensions or _KNOWN_DIMENSIONS.get(self.model, 0)  # 0: not known yet
         self.batch_size = config.batch_size
+        self.max_in_flight = config.max_in_flight
         self.endpoint = endpoint
         self.stats: dict[str, int] = {"requests": 0}
+        self._stats_lock = threading.Lock()  # requests of one call count from several threads
         headers = {"Accept-Encoding": ACCEPT_ENCODING, "Content-Type": "application/json"}
         if endpoint.key:
             headers["Authorization"] = f"Bearer {endpoint.key}"
@@ -265,13 +273,18 @@ class OpenAIEmbedder(Embedder):
         """Vectors of ``texts``, every request and retry of the call within ``seconds``."""
         sent, truncated = self._prepare(texts)
         call = CallRows([None] * len(sent), ends_at=time.monotonic() + seconds)
-        for start in range(0, len(sent), self.batch_size):
-            self._embed_rows(sent, list(range(start, min(start + self.batch_size, len(sent)))), call)
+        groups = [list(range(at, min(at + self.batch_size, len(sent)))) for at in range(0, len(sent), self.batch_size)]
+        tasks = [self._rows_task(sent, rows, call, position) for position, rows in enumerate(groups)]
+        run_bounded(tasks, self.max_in_flight, call.failures)
+        matrix = np.zeros((len(sent), self._dimensions), dtype=np.float32)
+        for row, vector in enumerate(call.vectors):
+            if vector is not None:  # (every row, once no row is bad)
+                matrix[row] = vector
         if call.bad:
-            raise bad_rows_error(call, self._dimensions, f"{self.endpoint.url} ({self.model})")
-        done = [v for v in call.vectors if v is not None]  # every row, once no row is bad
-        matrix = np.vstack(done) if done else np.zeros((0, self._dimensions), dtype=np.float32)
-        return EmbeddedTexts(matrix.astype(np.float32, copy=False), truncated)
+            error = bad_rows_error(call, self._dimensions, f"{self.endpoint.url} ({self.model})")
+            error.partial = EmbeddedTexts(matrix, truncated)  # the good rows: not to be sent again
+            raise error
+        return EmbeddedTexts(matrix, truncated)
 
     def _prepare(self, texts: Sequence[str]) -> tuple[list[str], list[Truncation]]:
         empty = [row for row, text in enumerate(texts) if not text.strip()]
@@ -288,39 +301,50 @@ class OpenAIEmbedder(Embedder):
             sent.append(kept)
         return sent, truncated
 
-    def _embed_rows(self, texts: list[str], rows: list[int], call: CallRows) -> None:
-        """Embed ``rows`` of ``texts`` into ``vectors``; a refused batch is halved to find its culprits."""
+    def _rows_task(self, texts: list[str], rows: list[int], call: CallRows, position: int) -> Callable[[], None]:
+        return lambda: self._embed_rows(texts, rows, call, position)
+
+    def _embed_rows(self, texts: list[str], rows: list[int], call: CallRows, position: int) -> None:
+        """Embed ``rows`` of ``texts`` into ``vectors``; a refused batch is halved to find its culprits.
+        ``position``: the request group's in the call (a group past a failed one gives up)."""
         try:
-            answer = self._request([texts[r] for r in rows], call.ends_at)
+            answer = self._request([texts[r] for r in rows], call, position)
         except _Refused as exc:
-            if len(rows) == 1 or call.bisect_budget <= 0:
-                log.info("embeddings: %d text(s) refused: %s", len(rows), exc)
-                call.bad.setdefault("refused", []).extend(rows)
-                call.refusal = call.refusal or str(exc)
-                return
-            call.bisect_budget -= 2
-            half = len(rows) // 2
-            self._embed_rows(texts, rows[:half], call)
-            self._embed_rows(texts, rows[half:], call)
+            with call.lock:
+                narrow = len(rows) > 1 and call.bisect_budget > 0
+                if narrow:
+                    call.bisect_budget -= 2
+                else:
+                    log.info("embeddings: %d text(s) refused: %s", len(rows), exc)
+                    call.bad.setdefault("refused", []).extend(rows)
+                    call.refusal = call.refusal or str(exc)
+            if narrow:
+                half = len(rows) // 2
+                self._embed_rows(texts, rows[:half], call, position)
+                self._embed_rows(texts, rows[half:], call, position)
             return
         except _Unreadable as exc:  # no JSON at all: every row of this request
             log.info("embeddings: %d text(s) got an unreadable answer: %s", len(rows), exc)
-            call.bad.setdefault("bad_response", []).extend(rows)
+            with call.lock:
+                call.bad.setdefault("bad_response", []).extend(rows)
             return
-        self._dimensions = place_answer(answer, rows, call, self._dimensions, self.endpoint.url)
+        with call.lock:  # the first answer may fix the dimension the others are checked against
+            self._dimensions = place_answer(answer, rows, call, self._dimensions, self.endpoint.url)
 
-    def _request(self, inputs: list[str], ends_at: float) -> Any:
+    def _request(self, inputs: list[str], call: CallRows, position: int) -> Any:
         body: dict[str, Any] = {"model": self.model, "input": inputs, "encoding_format": "float"}
         if self.config.dimensions is not None:
             body["dimensions"] = self.config.dimensions
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         cap = 65536 + len(inputs) * (self._dimensions or _DEFAULT_DIMENSIONS_GUESS) * _BYTES_PER_FLOAT
         # the attempts' deadline: four request timeouts, or what is left of a query's own
-        ends_at = min(ends_at, time.monotonic() + self._deadline)
+        ends_at = min(call.ends_at, time.monotonic() + self._deadline)
         policy = dataclasses.replace(self.retries, deadline=lambda: ends_at - time.monotonic())
         try:
             for attempt in policy.retrying(sleep=self._sleep):
                 with attempt:
+                    if call.failures.abandons(position):  # an earlier request failed: the call's error
+                        raise Abandoned
                     return self._send(payload, cap, ends_at)
         except _Transient as exc:
             raise EmbeddingError(exc.reason, f"{self.endpoint.url}: {exc} (after retries)", retryable=True) from None
@@ -328,7 +352,8 @@ class OpenAIEmbedder(Embedder):
 
     def _send(self, payload: bytes, cap: int, ends_at: float) -> Any:
         self._take_budget(ends_at)
-        self.stats["requests"] += 1
+        with self._stats_lock:
+            self.stats["requests"] += 1
         # one deadline for the whole request (waiting for the budget above is our own pacing)
         seconds = min(self.config.timeout_seconds, ends_at - time.monotonic())
         try:

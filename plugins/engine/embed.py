@@ -4,7 +4,7 @@ Runs between chunk and upsert for a source with ``embedding`` enabled (a BM25-on
 such stage). For the batch's chunks it asks the index for vectors it already holds under the
 same model and chunk text hash (:meth:`~include.index.IndexBackend.vectors_for`, the vector
 cache), embeds only the misses (each distinct text once, ``embedding.batch_size`` texts per
-call), checks every row (dimension, finite values) and stages one vector file per document
+request, the provider's ``max_in_flight`` requests' worth per call), checks every row (dimension, finite values) and stages one vector file per document
 (:mod:`include.vectors`, every chunk of the document in chunk order) for the upsert.
 
 Failures follow the engine's rule: a text the model refuses or answers badly (wrong dimension,
@@ -90,8 +90,9 @@ def _bad_rows(result: EmbeddedTexts, count: int, dimensions: int) -> dict[int, t
 
 
 def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str], found: _BatchVectors) -> int:
-    """Embed one call's texts into ``found``; a refused row is recorded and the others are asked
-    again without it. Returns the number of texts sent to the model."""
+    """Embed one call's texts into ``found``; a refused row is recorded and the others are kept
+    from the error (a provider that sends their vectors along), else asked again without it.
+    Returns the number of texts sent to the model."""
     pending = list(range(len(texts)))
     sent = 0
     while pending:
@@ -105,6 +106,10 @@ def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str]
                 raise
             rows = [r for r in exc.rows if 0 <= r < len(pending)] or list(range(len(pending)))
             bad = dict.fromkeys(rows, (exc.reason, str(exc)))
+            partial = exc.partial  # the other rows' vectors, when they came with the error
+            if exc.rows and partial is not None and np.shape(partial.vectors) == (len(pending), found.dimensions):
+                result = partial
+                bad = {**_bad_rows(partial, len(pending), found.dimensions), **bad}
         for row, problem in bad.items():
             found.failed[hashes[pending[row]]] = problem
         if result is not None:
@@ -220,7 +225,8 @@ def embed_stage(
         model, dims = embedder.model_id, embedder.dimensions
         cached = _usable(_cached(index_factory, model, {c.text_hash for c in all_chunks}), dims)
         found = _BatchVectors(dims, cached)
-        _embed_misses(embedder, all_chunks, found, source.embedding.batch_size)
+        # enough texts per call for the provider's requests in flight (one batch each)
+        _embed_misses(embedder, all_chunks, found, source.embedding.batch_size * max(1, embedder.max_in_flight))
     finally:
         embedder.close()
     elapsed = round((time.perf_counter() - start) * 1000 / len(docs), 2)

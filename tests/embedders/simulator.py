@@ -29,6 +29,11 @@ URL), ``raw`` (``status`` and ``body`` as given: non-JSON errors, JSON nested 20
 fault with ``when`` is served only to a request one of whose inputs contains that text (and
 corrupts those inputs' rows), so a test aims it at one document of a run. Every request is
 recorded (:attr:`EmbeddingSimulator.requests`: body and Authorization header).
+
+Concurrency: :attr:`EmbeddingSimulator.most_in_flight` is the most requests it was answering at
+once; with :attr:`EmbeddingSimulator.hold_until_in_flight` set, the first requests are held (at
+most 10 s) until that many are in flight together, so a test sees a client's concurrency without
+depending on timing; :attr:`EmbeddingSimulator.latency` delays every answer after that.
 """
 
 from __future__ import annotations
@@ -99,6 +104,10 @@ class EmbeddingSimulator:
     api_key: str | None = "sk-sim-" + "0" * 24
     other_dimensions: int = 64
     requests: list[dict[str, Any]] = field(default_factory=list)
+    latency: float = 0.0  # seconds before every answer
+    hold_until_in_flight: int = 0
+    in_flight: int = 0  # (one event loop: no lock needed)
+    most_in_flight: int = 0
     _faults: list[Fault] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -156,6 +165,19 @@ class EmbeddingSimulator:
         )
 
     async def _embeddings(self, request: Request) -> Response:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            for _ in range(1000):  # held until enough are in flight at once (10 s at most)
+                if self.most_in_flight >= self.hold_until_in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(self.latency)
+            return await self._answer_request(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer_request(self, request: Request) -> Response:
         try:
             body = await request.json()
         except ValueError:

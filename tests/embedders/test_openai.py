@@ -11,7 +11,7 @@ import pytest
 
 from include.connections import ConnectionRecord
 from include.ratelimit import Rate
-from plugins.embedders._openai_answers import CallRows, place_answer
+from plugins.embedders._openai_answers import CallRows, place_answer, vector_of
 from plugins.embedders.base import EmbeddingError
 from plugins.embedders.openai import OpenAIEmbedder, endpoint_of, estimate_tokens, truncate_estimated
 from tests.embedders.simulator import EmbeddingSimulator, bag_of_words_vector
@@ -22,7 +22,7 @@ TEXTS = ["the cat sat on the mat", "如何重置密码", "a dog in the park", "r
 
 
 def test_vectors_in_input_order_normalised_and_batched(sim: EmbeddingSimulator, make_embedder: MakeEmbedder) -> None:
-    embedder = make_embedder(batch_size=3)
+    embedder = make_embedder(batch_size=3, max_in_flight=1)  # one after another: requests in order
     result = embedder.embed_documents(TEXTS * 2)
     assert result.vectors.shape == (8, 1536) and result.vectors.dtype == np.float32
     expected = np.vstack([bag_of_words_vector(t, 1536) for t in TEXTS * 2])
@@ -281,3 +281,19 @@ def test_a_vector_of_strings_fails_its_row() -> None:
     assert place_answer(answer, [0, 1], call, 2, "http://127.0.0.1:9/v1/embeddings") == 2
     assert call.bad == {"bad_response": [1]}
     np.testing.assert_allclose(call.vectors[0], [0.6, 0.8])
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ([True, 1.0], "bad_response"),  # a bool is no number, though Python counts it an int
+        ([[0.6], [0.8]], "bad_response"),
+        ([None, 1.0], "bad_response"),
+        (["0.6", "0.8"], "bad_response"),
+        ([3, 4.0], None),  # an int is a number
+        ([10**400, 1.0], "not_finite"),
+    ],
+)
+def test_only_plain_numbers_make_a_vector(raw: list[object], reason: str | None) -> None:
+    vector, why = vector_of(raw, 2)
+    assert why == reason and (vector is None) == (reason is not None)
