@@ -12,9 +12,11 @@ from collections import Counter
 from lxml import etree
 
 from include.contract import BlockKind, Position
-from plugins.parsers._common import BlockBuilder, Deadline, clean_text
+from plugins.parsers._common import BlockBuilder, Deadline, clean_text, release_freed_memory
 
 __all__ = ["BLOCK_TAGS", "BlockWalker", "tag_name"]
+
+_CHECK_EVERY = 2000  # elements walked between deadline checks (and returns of freed memory)
 
 BLOCK_TAGS = frozenset(
     [
@@ -106,24 +108,30 @@ class BlockWalker:
         self._add_inline(el.text, path)
         names = Counter(child.tag for child in el if isinstance(child.tag, str))
         seen: Counter[str] = Counter()
-        for child in el:
+        child = el[0] if len(el) else None
+        while child is not None:
             self._count += 1
-            if self._count % 2000 == 0:
+            if self._count % _CHECK_EVERY == 0:
                 self.deadline.check("html")
+                release_freed_memory()
+            following = child.getnext()
             tag = tag_name(child)
-            if not tag:
-                self._add_inline(child.tail, path)
-                continue
-            seen[child.tag] += 1
-            index = f"[{seen[child.tag]}]" if names[child.tag] > 1 else ""
-            child_path = f"{path}/{child.tag}{index}"
-            if tag in BLOCK_TAGS:
-                self._block(child, tag, child_path)
-            elif tag == "br":
-                self._inline.append("\n")
-            else:
-                self._add_inline(_inline_text(child), child_path)
+            if tag:
+                seen[child.tag] += 1
+                index = f"[{seen[child.tag]}]" if names[child.tag] > 1 else ""
+                self._child(child, tag, f"{path}/{child.tag}{index}")
             self._add_inline(child.tail, path)
+            # read, so freed: the page's tree shrinks as its blocks grow (peak memory)
+            el.remove(child)
+            child = following
+
+    def _child(self, child: etree._Element, tag: str, path: str) -> None:
+        if tag in BLOCK_TAGS:
+            self._block(child, tag, path)
+        elif tag == "br":
+            self._inline.append("\n")
+        else:
+            self._add_inline(_inline_text(child), path)
 
     def _block(self, el: etree._Element, tag: str, path: str) -> None:
         self._flush()
@@ -155,8 +163,8 @@ class BlockWalker:
         self._flush()
 
 
-def _pos(path: str) -> list[Position]:
-    return [Position(path=path)]
+def _pos(path: str) -> tuple[Position]:
+    return (Position(path=path),)
 
 
 def _inline_text(el: etree._Element) -> str:

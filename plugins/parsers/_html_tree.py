@@ -24,7 +24,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "visible_texts"]
+__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "search_joined", "visible_texts"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -111,12 +111,11 @@ def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> 
     # the visible-text check reads text nodes joined with spaces (every hint names JavaScript)
     if not seen[0] and "javascript" in full.lower() and shell_hint.search(" ".join(el.itertext())):
         seen[0] = True
-    # own text, then one span with the rest: ``_ordered_text`` reads the same characters, with
-    # its separators around the element (a block), never inside it
-    rest = full[len(el.text) :]
+    # the whole text as the element's own: ``_ordered_text`` reads the same characters (its
+    # separators go around a block, never inside plain inline markup)
     for child in list(el):
         el.remove(child)
-    etree.SubElement(el, "span").text = rest
+    el.text = full
 
 
 def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, int]:
@@ -236,3 +235,35 @@ def visible_texts(body: etree._Element) -> Iterator[str]:
         hidden -= scripted
         if not hidden and el.tail and el is not body:
             yield el.tail
+
+
+_BATCH_CHARS = 1 << 16
+_OVERLAP_CHARS = 64  # longer than any match of the shell hints (at most 22 characters)
+
+
+def search_joined(pattern: re.Pattern[str], pieces: Iterator[str]) -> bool:
+    """Whether ``pattern`` matches ``" ".join(pieces)``, joined a batch (~64 K characters) at a time.
+
+    The whole join held the page's text twice at once (a list of every text node, then the
+    string); each batch is searched with the end of the one before it, so a match across
+    batches is found, for patterns no longer than :data:`_OVERLAP_CHARS`.
+    """
+    batch: list[str] = []
+    size = 0
+    carry: str | None = None  # the joined text's last characters so far; None before any piece
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece) + 1
+        if size < _BATCH_CHARS:
+            continue
+        carry = _search_batch(pattern, carry, batch)
+        if carry is None:
+            return True
+        batch, size = [], 0
+    return bool(batch) and _search_batch(pattern, carry, batch) is None
+
+
+def _search_batch(pattern: re.Pattern[str], carry: str | None, batch: list[str]) -> str | None:
+    """None on a match, else the new carry."""
+    window = " ".join(batch) if carry is None else f"{carry} {' '.join(batch)}"
+    return None if pattern.search(window) else window[-_OVERLAP_CHARS:]

@@ -38,7 +38,7 @@ from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, 
 from plugins.parsers._html_blocks import BlockWalker
 from plugins.parsers._html_blocks import tag_name as _tag
 from plugins.parsers._html_tree import CONTENT_HINT as _CONTENT_HINT
-from plugins.parsers._html_tree import build_tree, visible_texts
+from plugins.parsers._html_tree import build_tree, search_joined, visible_texts
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["extract_html", "parse_html"]
@@ -90,19 +90,23 @@ _WORD_SLICE = 1 << 20
 
 
 def _text_len(el: etree._Element) -> int:
-    """Words under ``el`` as ``str.split`` counts them, a MiB slice at a time.
+    """Words under ``el`` as ``str.split`` counts them in its joined text, a text node at a time.
 
-    One ``split`` of a whole page's text would hold a string object per word at once.
+    Neither the joined text nor one ``split`` of it is built: the join held every text node and
+    the page's text at once, and a split a string per word. A word cut across two text nodes
+    (or two MiB slices of a long one) is counted once.
     """
     if el is None:
         return 0
-    text = "".join(el.itertext())
     words = 0
-    for start in range(0, len(text), _WORD_SLICE):
-        piece = text[start : start + _WORD_SLICE]
-        words += len(piece.split())
-        if start and not piece[:1].isspace() and not text[start - 1].isspace():
-            words -= 1  # a word cut in two by the slice boundary was counted twice
+    in_word = False  # the text so far ends inside a word
+    for text in el.itertext():
+        for start in range(0, len(text), _WORD_SLICE):
+            piece = text[start : start + _WORD_SLICE]
+            words += len(piece.split())
+            if in_word and not piece[0].isspace():
+                words -= 1
+            in_word = not piece[-1].isspace()
     return words
 
 
@@ -230,6 +234,8 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     # Re-encode so lxml never guesses the charset; strip an XML declaration that would lie.
     payload = text.encode("utf-8", errors="replace")
     del text  # the page's decoded copy is not needed past this point
+    if payload == data:
+        payload = data  # a UTF-8 page: parse the caller's bytes, not a copy kept through the parse
     root, shell_hint_folded = build_tree(payload, _SHELL_HINT)
     del payload
     tree = root.getroottree()
@@ -240,7 +246,7 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     n_scripts = sum(1 for _ in root.iter("script"))
     # Text a visitor sees without scripts (noscript included: "please enable JavaScript").
     # (or in an element folded while the tree was built)
-    asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(visible_texts(body))))
+    asks_for_js = shell_hint_folded or search_joined(_SHELL_HINT, visible_texts(body))
     _strip_chrome(body)
     main = _main_content(body)
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
