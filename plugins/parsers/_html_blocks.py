@@ -66,12 +66,21 @@ BLOCK_TAGS = frozenset(
 )
 
 
+_NAMES: dict[str, str] = {}  # tag -> local name, remembered for the first _MAX_NAMES tags
+_MAX_NAMES = 4096
+
+
 def tag_name(el: etree._Element) -> str:
     """The element's local name in lower case; ``""`` for a comment or processing instruction."""
     tag = el.tag
     if not isinstance(tag, str):
         return ""
-    return tag.rsplit("}", 1)[-1].lower()
+    name = _NAMES.get(tag)
+    if name is None:
+        name = tag.rsplit("}", 1)[-1].lower()
+        if len(_NAMES) < _MAX_NAMES:
+            _NAMES[tag] = name
+    return name
 
 
 class BlockWalker:

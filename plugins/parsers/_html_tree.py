@@ -24,7 +24,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "search_joined", "visible_texts"]
+__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "search_joined"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -118,9 +118,15 @@ def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> 
     el.text = full
 
 
-def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, int]:
+# elements at depth MAX_DEPTH + 1 below the root element (found by libxml2: no event per element)
+_TOO_DEEP = etree.XPath("boolean(" + "/".join(["*"] * MAX_DEPTH) + ")")
+
+
+def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, bool]:
+    """The tree (foldable elements folded as they end) and whether it nests deeper than MAX_DEPTH."""
     parser = etree.HTMLPullParser(
-        events=("start", "end"),
+        events=("end",),
+        tag=_FOLDABLE,
         encoding="utf-8",
         remove_comments=True,
         remove_pis=True,
@@ -128,19 +134,14 @@ def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tup
         huge_tree=True,
         recover=True,
     )
-    depth = deepest = 0
     view = memoryview(payload)
     for offset in range(0, max(len(payload), 1), _FEED_STEP):
         parser.feed(bytes(view[offset : offset + _FEED_STEP]))
-        for event, el in parser.read_events():
-            if event == "start":
-                depth += 1
-                deepest = max(deepest, depth)
-            else:
-                depth -= 1
-                if el.tag in _FOLDABLE:
-                    _fold(el, shell_hint, seen)
-    return parser.close(), deepest
+        for _, el in parser.read_events():
+            _fold(el, shell_hint, seen)
+    root = parser.close()
+    # from the root element (depth 1), MAX_DEPTH steps of "*" reach depth MAX_DEPTH + 1
+    return root, root is not None and bool(_TOO_DEEP(root))
 
 
 def cap_nesting(payload: bytes, max_depth: int) -> bytes:
@@ -205,48 +206,31 @@ def build_tree(payload: bytes, shell_hint: re.Pattern[str]) -> tuple[etree._Elem
     seen = [False]
     payload = drop_internal_subset(payload)
     try:
-        root, deepest = _parse(payload, shell_hint, seen)
-        if deepest > MAX_DEPTH:
+        root, too_deep = _parse(payload, shell_hint, seen)
+        if too_deep:
             root = None  # free the deep tree before the second parse
-            root, deepest = _parse(cap_nesting(payload, MAX_DEPTH // 2), shell_hint, seen)
+            root, too_deep = _parse(cap_nesting(payload, MAX_DEPTH // 2), shell_hint, seen)
     except etree.XMLSyntaxError as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"html: {exc}") from exc
     if root is None:
         raise ParseError(ParseErrorCode.EMPTY, "empty document")
-    if deepest > MAX_DEPTH:
+    if too_deep:
         raise ParseError(ParseErrorCode.BOMB, f"html: elements nested deeper than {MAX_DEPTH} levels")
     return root, seen[0]
-
-
-def visible_texts(body: etree._Element) -> Iterator[str]:
-    """The text nodes under ``body`` outside script and style, in document order.
-
-    What ``.//text()[not(ancestor::script) and not(ancestor::style)]`` selects; libxml2 takes
-    that path's ancestor test per node against the whole node set, quadratic on a large page.
-    """
-    hidden = 0  # depth inside script/style
-    for event, el in etree.iterwalk(body, events=("start", "end")):
-        scripted = el.tag in ("script", "style")
-        if event == "start":
-            hidden += scripted
-            if not hidden and el.text and isinstance(el.tag, str):
-                yield el.text
-            continue
-        hidden -= scripted
-        if not hidden and el.tail and el is not body:
-            yield el.tail
 
 
 _BATCH_CHARS = 1 << 16
 _OVERLAP_CHARS = 64  # longer than any match of the shell hints (at most 22 characters)
 
 
-def search_joined(pattern: re.Pattern[str], pieces: Iterator[str]) -> bool:
+def search_joined(pattern: re.Pattern[str], pieces: Iterator[str], needed: re.Pattern[str] | None = None) -> bool:
     """Whether ``pattern`` matches ``" ".join(pieces)``, joined a batch (~64 K characters) at a time.
 
     The whole join held the page's text twice at once (a list of every text node, then the
     string); each batch is searched with the end of the one before it, so a match across
-    batches is found, for patterns no longer than :data:`_OVERLAP_CHARS`.
+    batches is found, for patterns no longer than :data:`_OVERLAP_CHARS`. ``needed`` matches
+    wherever ``pattern`` does, and faster (a word every alternative contains): a batch without
+    it is not searched with ``pattern``.
     """
     batch: list[str] = []
     size = 0
@@ -256,14 +240,18 @@ def search_joined(pattern: re.Pattern[str], pieces: Iterator[str]) -> bool:
         size += len(piece) + 1
         if size < _BATCH_CHARS:
             continue
-        carry = _search_batch(pattern, carry, batch)
+        carry = _search_batch(pattern, needed, carry, batch)
         if carry is None:
             return True
         batch, size = [], 0
-    return bool(batch) and _search_batch(pattern, carry, batch) is None
+    return bool(batch) and _search_batch(pattern, needed, carry, batch) is None
 
 
-def _search_batch(pattern: re.Pattern[str], carry: str | None, batch: list[str]) -> str | None:
+def _search_batch(
+    pattern: re.Pattern[str], needed: re.Pattern[str] | None, carry: str | None, batch: list[str]
+) -> str | None:
     """None on a match, else the new carry."""
     window = " ".join(batch) if carry is None else f"{carry} {' '.join(batch)}"
-    return None if pattern.search(window) else window[-_OVERLAP_CHARS:]
+    if (needed is None or needed.search(window)) and pattern.search(window):
+        return None
+    return window[-_OVERLAP_CHARS:]
