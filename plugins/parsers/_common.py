@@ -369,7 +369,7 @@ def clean_text(text: str, keep_newlines: bool = False) -> str:
 
 def _libc_malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
         return None
 

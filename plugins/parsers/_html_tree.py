@@ -122,26 +122,53 @@ def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> 
 _TOO_DEEP = etree.XPath("boolean(" + "/".join(["*"] * MAX_DEPTH) + ")")
 
 
+_PARSER_OPTIONS: dict[str, bool | str] = {
+    "encoding": "utf-8",
+    "remove_comments": True,
+    "remove_pis": True,
+    "no_network": True,
+    "huge_tree": True,
+    "recover": True,
+}
+# Up to this size a page is parsed in one call and folded after (libxml2's push parser costs
+# ~1.8x its one-call parse); above, pushed a MiB at a time and folded as elements end. The
+# unfolded tree of a dense page is ~20x its size: 20 MiB at most here.
+_WHOLE_PARSE_MAX = _FEED_STEP
+
+
 def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, bool]:
-    """The tree (foldable elements folded as they end) and whether it nests deeper than MAX_DEPTH."""
-    parser = etree.HTMLPullParser(
-        events=("end",),
-        tag=_FOLDABLE,
-        encoding="utf-8",
-        remove_comments=True,
-        remove_pis=True,
-        no_network=True,
-        huge_tree=True,
-        recover=True,
-    )
+    """The tree (foldable elements folded) and whether it nests deeper than MAX_DEPTH."""
+    root = _parse_whole(payload, shell_hint, seen) if len(payload) <= _WHOLE_PARSE_MAX else None
+    if root is None:
+        root = _parse_pushed(payload, shell_hint, seen)
+    # from the root element (depth 1), MAX_DEPTH steps of "*" reach depth MAX_DEPTH + 1
+    return root, root is not None and bool(_TOO_DEEP(root))
+
+
+def _parse_whole(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> etree._Element | None:
+    """The folded tree of a small page; None where the one-call parse refuses it (an empty page).
+
+    Folding after the parse rather than as elements end gives the same tree: an element with a
+    foldable one inside is never plain, so no fold depends on another.
+    """
+    try:
+        root = etree.fromstring(payload, etree.HTMLParser(**_PARSER_OPTIONS))
+    except etree.XMLSyntaxError:  # the push parser's answer (or error) is the reference
+        return None
+    if root is not None:
+        for el in list(root.iter(*_FOLDABLE)):
+            _fold(el, shell_hint, seen)
+    return root
+
+
+def _parse_pushed(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> etree._Element | None:
+    parser = etree.HTMLPullParser(events=("end",), tag=_FOLDABLE, **_PARSER_OPTIONS)
     view = memoryview(payload)
     for offset in range(0, max(len(payload), 1), _FEED_STEP):
         parser.feed(bytes(view[offset : offset + _FEED_STEP]))
         for _, el in parser.read_events():
             _fold(el, shell_hint, seen)
-    root = parser.close()
-    # from the root element (depth 1), MAX_DEPTH steps of "*" reach depth MAX_DEPTH + 1
-    return root, root is not None and bool(_TOO_DEEP(root))
+    return parser.close()
 
 
 def cap_nesting(payload: bytes, max_depth: int) -> bytes:

@@ -257,7 +257,8 @@ def _visible_texts(body: etree._Element) -> Iterator[str]:
         tail = el.tail
         el.clear()
         el.tail = tail
-    return body.itertext()
+    texts: Iterator[str] = body.itertext()
+    return texts
 
 
 def _looks_like_shell(n_scripts: int, asks_for_js: bool) -> bool:

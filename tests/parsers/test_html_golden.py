@@ -12,12 +12,17 @@ import json
 
 import pytest
 
+from plugins.parsers import _html_tree
 from tests.parsers.html_golden import GOLDEN, PG_MANUAL, REALDOCS_HTML, digest, golden_pages
 
 _EXPECTED: dict[str, str] = json.loads(GOLDEN.read_text())
 
 
-def test_every_present_page_gives_its_golden_digest() -> None:
+@pytest.mark.parametrize("whole_parse_max", [None, 0], ids=["as-configured", "every-page-pushed"])
+def test_every_present_page_gives_its_golden_digest(monkeypatch, whole_parse_max) -> None:
+    """Small pages are parsed in one call, large ones pushed a MiB at a time: both give the digests."""
+    if whole_parse_max is not None:
+        monkeypatch.setattr(_html_tree, "_WHOLE_PARSE_MAX", whole_parse_max)
     pages = list(golden_pages())
     changed = [name for name, data in pages if digest(name, data) != _EXPECTED[name]]
     assert not changed, f"{len(changed)} of {len(pages)} pages parse differently: {changed[:10]}"
