@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -362,30 +361,6 @@ def clean_text(text: str, keep_newlines: bool = False) -> str:
         return _WS.sub(" ", text).strip()
     # whole-text passes (not one per line): fold spaces, then collapse blank lines
     return _LINE_BREAKS.sub("\n", _HSPACE.sub(" ", text)).strip()
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def _libc_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
-        return None
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
-
-
-def release_freed_memory() -> None:
-    """Give the C heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
-
-    A parser that frees a document tree while it builds blocks (the HTML walker) frees libxml2
-    nodes in the middle of the heap, which glibc keeps; Python's own objects live in separate
-    arenas and never reuse them, so without this the tree's memory stays counted to the end.
-    """
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 # --------------------------------------------------------------------------- blocks

@@ -7,12 +7,14 @@ block's position is its element path, in ``getpath``'s form.
 
 from __future__ import annotations
 
+import ctypes
 from collections import Counter
+from collections.abc import Callable
 
 from lxml import etree
 
 from include.contract import BlockKind, Position
-from plugins.parsers._common import BlockBuilder, Deadline, clean_text, release_freed_memory
+from plugins.parsers._common import BlockBuilder, Deadline, clean_text
 
 __all__ = ["BLOCK_TAGS", "BlockWalker", "tag_name"]
 
@@ -122,7 +124,7 @@ class BlockWalker:
             self._count += 1
             if self._count % _CHECK_EVERY == 0:
                 self.deadline.check("html")
-                release_freed_memory()
+                _release_freed_memory()
             following = child.getnext()
             tag = tag_name(child)
             if tag:
@@ -170,6 +172,27 @@ class BlockWalker:
 
     def finish(self) -> None:
         self._flush()
+
+
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def _release_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
+
+    The walker frees the page's tree while it builds blocks: libxml2 nodes in the middle of the
+    heap, which glibc keeps; Python's own objects live in separate arenas and never reuse them,
+    so without this the tree's memory stays counted to the end.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _pos(path: str) -> tuple[Position]:
