@@ -23,6 +23,7 @@ import os
 import pickle
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -162,3 +163,24 @@ def run(quick: bool = False) -> dict[str, Any]:
         "rows": rows,
         "summary": f"Rounds: {ROUNDS}, tools rotated; load average (1, 5, 15 min) before / after each figure.",
     }
+
+
+def cpu_pass() -> str:
+    """One pass of ours and of lxml over the manual, CPU seconds: for an A/B against another checkout.
+
+    ``PYTHONPATH=<checkout> python benchmarks/html_parse.py --cpu-pass`` parses with that
+    checkout's ``plugins`` (this file imports nothing else of the repository for it).
+    """
+    pages = [p.read_bytes() for p in sorted(PG_MANUAL.glob("*.html"))]
+    seconds = {}
+    for name in ("lxml.html.fromstring", "ours"):
+        parse = TOOLS[name]()
+        started = time.process_time()
+        for data in pages:
+            parse(data)
+        seconds[name] = time.process_time() - started
+    return f"{len(pages)} pages: ours {seconds['ours']:.2f} s, lxml {seconds['lxml.html.fromstring']:.2f} s CPU"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--cpu-pass"]:
+    print(cpu_pass())
