@@ -7,7 +7,9 @@ block's position is its element path, in ``getpath``'s form.
 
 from __future__ import annotations
 
+import ctypes
 from collections import Counter
+from collections.abc import Callable
 
 from lxml import etree
 
@@ -15,6 +17,8 @@ from include.contract import BlockKind, Position
 from plugins.parsers._common import BlockBuilder, Deadline, clean_text
 
 __all__ = ["BLOCK_TAGS", "BlockWalker", "tag_name"]
+
+_CHECK_EVERY = 2000  # elements walked between deadline checks (and returns of freed memory)
 
 BLOCK_TAGS = frozenset(
     [
@@ -64,12 +68,21 @@ BLOCK_TAGS = frozenset(
 )
 
 
+_NAMES: dict[str, str] = {}  # tag -> local name, remembered for the first _MAX_NAMES tags
+_MAX_NAMES = 4096
+
+
 def tag_name(el: etree._Element) -> str:
     """The element's local name in lower case; ``""`` for a comment or processing instruction."""
     tag = el.tag
     if not isinstance(tag, str):
         return ""
-    return tag.rsplit("}", 1)[-1].lower()
+    name = _NAMES.get(tag)
+    if name is None:
+        name = tag.rsplit("}", 1)[-1].lower()
+        if len(_NAMES) < _MAX_NAMES:
+            _NAMES[tag] = name
+    return name
 
 
 class BlockWalker:
@@ -106,24 +119,30 @@ class BlockWalker:
         self._add_inline(el.text, path)
         names = Counter(child.tag for child in el if isinstance(child.tag, str))
         seen: Counter[str] = Counter()
-        for child in el:
+        child = el[0] if len(el) else None
+        while child is not None:
             self._count += 1
-            if self._count % 2000 == 0:
+            if self._count % _CHECK_EVERY == 0:
                 self.deadline.check("html")
+                _release_freed_memory()
+            following = child.getnext()
             tag = tag_name(child)
-            if not tag:
-                self._add_inline(child.tail, path)
-                continue
-            seen[child.tag] += 1
-            index = f"[{seen[child.tag]}]" if names[child.tag] > 1 else ""
-            child_path = f"{path}/{child.tag}{index}"
-            if tag in BLOCK_TAGS:
-                self._block(child, tag, child_path)
-            elif tag == "br":
-                self._inline.append("\n")
-            else:
-                self._add_inline(_inline_text(child), child_path)
+            if tag:
+                seen[child.tag] += 1
+                index = f"[{seen[child.tag]}]" if names[child.tag] > 1 else ""
+                self._child(child, tag, f"{path}/{child.tag}{index}")
             self._add_inline(child.tail, path)
+            # read, so freed: the page's tree shrinks as its blocks grow (peak memory)
+            el.remove(child)
+            child = following
+
+    def _child(self, child: etree._Element, tag: str, path: str) -> None:
+        if tag in BLOCK_TAGS:
+            self._block(child, tag, path)
+        elif tag == "br":
+            self._inline.append("\n")
+        else:
+            self._add_inline(_inline_text(child), path)
 
     def _block(self, el: etree._Element, tag: str, path: str) -> None:
         self._flush()
@@ -155,8 +174,29 @@ class BlockWalker:
         self._flush()
 
 
-def _pos(path: str) -> list[Position]:
-    return [Position(path=path)]
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def _release_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
+
+    The walker frees the page's tree while it builds blocks: libxml2 nodes in the middle of the
+    heap, which glibc keeps; Python's own objects live in separate arenas and never reuse them,
+    so without this the tree's memory stays counted to the end.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _pos(path: str) -> tuple[Position]:
+    return (Position(path=path),)
 
 
 def _inline_text(el: etree._Element) -> str:

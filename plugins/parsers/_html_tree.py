@@ -1,12 +1,13 @@
 """Building the HTML tree within a memory bound proportional to the page, deep nesting kept.
 
-The page is fed to libxml2's push parser a MiB at a time. A paragraph-like element (``p``, a
-heading, a list item, a table cell ...) whose content is only plain inline markup (``b``,
-``a``, ``span`` ...) is folded, as soon as it ends, into its own text and one ``span`` holding the
-rest of the text ``itertext`` gives: every consumer of such an element (``_ordered_text``, word counts,
-chrome rules) reads that same text, while the tree no longer holds a node, an attribute and
-a string per bold word or link. That fold is what keeps a 20 MB page's tree within a few
-times its size, where libxml2's full tree takes ~10x.
+A page over a MiB is fed to libxml2's push parser a MiB at a time; a smaller one is parsed in
+one call (the push parser costs ~1.8x that) and folded after. A paragraph-like element (``p``,
+a heading, a list item, a table cell ...) whose content is only plain inline markup (``b``,
+``a``, ``span`` ...) is folded, as soon as it ends, into its own text: the whole text
+``itertext`` gives. Every consumer of such an element (``_ordered_text``, word counts, chrome
+rules) reads that same text, while the tree no longer holds a node, an attribute and a string
+per bold word or link. That fold is what keeps a 20 MB page's tree within a few times its size
+(a block every ~80 bytes: 7.9x), where libxml2's full tree takes ~19x.
 
 ``huge_tree`` lifts libxml2's 10 MB text-node limit (which silently dropped a long text) and
 its depth halt; the input is already capped at ``max_bytes``. Nesting deeper than
@@ -24,7 +25,7 @@ from lxml import etree
 
 from include.contract import ParseError, ParseErrorCode
 
-__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "visible_texts"]
+__all__ = ["CONTENT_HINT", "MAX_DEPTH", "build_tree", "drop_internal_subset", "search_joined"]
 
 MAX_DEPTH = 256
 _FEED_STEP = 1 << 20
@@ -111,37 +112,64 @@ def _fold(el: etree._Element, shell_hint: re.Pattern[str], seen: list[bool]) -> 
     # the visible-text check reads text nodes joined with spaces (every hint names JavaScript)
     if not seen[0] and "javascript" in full.lower() and shell_hint.search(" ".join(el.itertext())):
         seen[0] = True
-    # own text, then one span with the rest: ``_ordered_text`` reads the same characters, with
-    # its separators around the element (a block), never inside it
-    rest = full[len(el.text) :]
+    # the whole text as the element's own: ``_ordered_text`` reads the same characters (its
+    # separators go around a block, never inside plain inline markup)
     for child in list(el):
         el.remove(child)
-    etree.SubElement(el, "span").text = rest
+    el.text = full
 
 
-def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, int]:
-    parser = etree.HTMLPullParser(
-        events=("start", "end"),
-        encoding="utf-8",
-        remove_comments=True,
-        remove_pis=True,
-        no_network=True,
-        huge_tree=True,
-        recover=True,
-    )
-    depth = deepest = 0
+# elements at depth MAX_DEPTH + 1 below the root element (found by libxml2: no event per element)
+_TOO_DEEP = etree.XPath("boolean(" + "/".join(["*"] * MAX_DEPTH) + ")")
+
+
+_PARSER_OPTIONS: dict[str, bool | str] = {
+    "encoding": "utf-8",
+    "remove_comments": True,
+    "remove_pis": True,
+    "no_network": True,
+    "huge_tree": True,
+    "recover": True,
+}
+# Up to this size a page is parsed in one call and folded after (libxml2's push parser costs
+# ~1.8x its one-call parse); above, pushed a MiB at a time and folded as elements end. The
+# unfolded tree of a dense page is ~20x its size: 20 MiB at most here.
+_WHOLE_PARSE_MAX = _FEED_STEP
+
+
+def _parse(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> tuple[etree._Element | None, bool]:
+    """The tree (foldable elements folded) and whether it nests deeper than MAX_DEPTH."""
+    root = _parse_whole(payload, shell_hint, seen) if len(payload) <= _WHOLE_PARSE_MAX else None
+    if root is None:
+        root = _parse_pushed(payload, shell_hint, seen)
+    # from the root element (depth 1), MAX_DEPTH steps of "*" reach depth MAX_DEPTH + 1
+    return root, root is not None and bool(_TOO_DEEP(root))
+
+
+def _parse_whole(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> etree._Element | None:
+    """The folded tree of a small page; None where the one-call parse refuses it (an empty page).
+
+    Folding after the parse rather than as elements end gives the same tree: an element with a
+    foldable one inside is never plain, so no fold depends on another.
+    """
+    try:
+        root = etree.fromstring(payload, etree.HTMLParser(**_PARSER_OPTIONS))
+    except etree.XMLSyntaxError:  # the push parser's answer (or error) is the reference
+        return None
+    if root is not None:
+        for el in list(root.iter(*_FOLDABLE)):
+            _fold(el, shell_hint, seen)
+    return root
+
+
+def _parse_pushed(payload: bytes, shell_hint: re.Pattern[str], seen: list[bool]) -> etree._Element | None:
+    parser = etree.HTMLPullParser(events=("end",), tag=_FOLDABLE, **_PARSER_OPTIONS)
     view = memoryview(payload)
     for offset in range(0, max(len(payload), 1), _FEED_STEP):
         parser.feed(bytes(view[offset : offset + _FEED_STEP]))
-        for event, el in parser.read_events():
-            if event == "start":
-                depth += 1
-                deepest = max(deepest, depth)
-            else:
-                depth -= 1
-                if el.tag in _FOLDABLE:
-                    _fold(el, shell_hint, seen)
-    return parser.close(), deepest
+        for _, el in parser.read_events():
+            _fold(el, shell_hint, seen)
+    return parser.close()
 
 
 def cap_nesting(payload: bytes, max_depth: int) -> bytes:
@@ -206,33 +234,52 @@ def build_tree(payload: bytes, shell_hint: re.Pattern[str]) -> tuple[etree._Elem
     seen = [False]
     payload = drop_internal_subset(payload)
     try:
-        root, deepest = _parse(payload, shell_hint, seen)
-        if deepest > MAX_DEPTH:
+        root, too_deep = _parse(payload, shell_hint, seen)
+        if too_deep:
             root = None  # free the deep tree before the second parse
-            root, deepest = _parse(cap_nesting(payload, MAX_DEPTH // 2), shell_hint, seen)
+            root, too_deep = _parse(cap_nesting(payload, MAX_DEPTH // 2), shell_hint, seen)
     except etree.XMLSyntaxError as exc:
         raise ParseError(ParseErrorCode.CORRUPT, f"html: {exc}") from exc
     if root is None:
         raise ParseError(ParseErrorCode.EMPTY, "empty document")
-    if deepest > MAX_DEPTH:
+    if too_deep:
         raise ParseError(ParseErrorCode.BOMB, f"html: elements nested deeper than {MAX_DEPTH} levels")
     return root, seen[0]
 
 
-def visible_texts(body: etree._Element) -> Iterator[str]:
-    """The text nodes under ``body`` outside script and style, in document order.
+_BATCH_CHARS = 1 << 16
+_OVERLAP_CHARS = 64  # longer than any match of the shell hints (at most 22 characters)
 
-    What ``.//text()[not(ancestor::script) and not(ancestor::style)]`` selects; libxml2 takes
-    that path's ancestor test per node against the whole node set, quadratic on a large page.
+
+def search_joined(pattern: re.Pattern[str], pieces: Iterator[str], needed: re.Pattern[str] | None = None) -> bool:
+    """Whether ``pattern`` matches ``" ".join(pieces)``, joined a batch (~64 K characters) at a time.
+
+    The whole join held the page's text twice at once (a list of every text node, then the
+    string); each batch is searched with the end of the one before it, so a match across
+    batches is found, for patterns no longer than :data:`_OVERLAP_CHARS`. ``needed`` matches
+    wherever ``pattern`` does, and faster (a word every alternative contains): a batch without
+    it is not searched with ``pattern``.
     """
-    hidden = 0  # depth inside script/style
-    for event, el in etree.iterwalk(body, events=("start", "end")):
-        scripted = el.tag in ("script", "style")
-        if event == "start":
-            hidden += scripted
-            if not hidden and el.text and isinstance(el.tag, str):
-                yield el.text
+    batch: list[str] = []
+    size = 0
+    carry: str | None = None  # the joined text's last characters so far; None before any piece
+    for piece in pieces:
+        batch.append(piece)
+        size += len(piece) + 1
+        if size < _BATCH_CHARS:
             continue
-        hidden -= scripted
-        if not hidden and el.tail and el is not body:
-            yield el.tail
+        carry = _search_batch(pattern, needed, carry, batch)
+        if carry is None:
+            return True
+        batch, size = [], 0
+    return bool(batch) and _search_batch(pattern, needed, carry, batch) is None
+
+
+def _search_batch(
+    pattern: re.Pattern[str], needed: re.Pattern[str] | None, carry: str | None, batch: list[str]
+) -> str | None:
+    """None on a match, else the new carry."""
+    window = " ".join(batch) if carry is None else f"{carry} {' '.join(batch)}"
+    if (needed is None or needed.search(window)) and pattern.search(window):
+        return None
+    return window[-_OVERLAP_CHARS:]

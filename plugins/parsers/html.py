@@ -29,6 +29,7 @@ A page whose body has no text but scripts (a single-page-app shell) raises
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from urllib.parse import urljoin
 
 from lxml import etree
@@ -38,7 +39,7 @@ from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, 
 from plugins.parsers._html_blocks import BlockWalker
 from plugins.parsers._html_blocks import tag_name as _tag
 from plugins.parsers._html_tree import CONTENT_HINT as _CONTENT_HINT
-from plugins.parsers._html_tree import build_tree, visible_texts
+from plugins.parsers._html_tree import build_tree, search_joined
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["extract_html", "parse_html"]
@@ -74,6 +75,7 @@ _NOT_CONTENT_HINT = re.compile(
     r"(?:^|[\s_-])(comment|sidebar|footer|header|menu|nav|related|share|ad|ads)(?:$|[\s_-])", re.I
 )
 _SHELL_HINT = re.compile(r"enable javascript|javascript (?:is )?required|requires javascript|turn on javascript", re.I)
+_SHELL_WORD = re.compile("javascript", re.I)  # in every shell hint: a much cheaper search first
 
 
 def _sniff_meta_charset(data: bytes) -> str | None:
@@ -86,24 +88,39 @@ def _sniff_meta_charset(data: bytes) -> str | None:
     return "utf-8" if label.startswith(("utf-16", "utf-32", "ucs")) else label
 
 
-_WORD_SLICE = 1 << 20
+_WORD_BATCH = 1 << 16  # characters of text joined and split at once
 
 
 def _text_len(el: etree._Element) -> int:
-    """Words under ``el`` as ``str.split`` counts them, a MiB slice at a time.
+    """Words under ``el`` as ``str.split`` counts them in its joined text, ~64 K characters at a time.
 
-    One ``split`` of a whole page's text would hold a string object per word at once.
+    Neither the whole joined text nor one ``split`` of it is built: the join held every text
+    node and the page's text at once, and the split a string per word. A word cut across two
+    batches is counted once.
     """
     if el is None:
         return 0
-    text = "".join(el.itertext())
     words = 0
-    for start in range(0, len(text), _WORD_SLICE):
-        piece = text[start : start + _WORD_SLICE]
-        words += len(piece.split())
-        if start and not piece[:1].isspace() and not text[start - 1].isspace():
-            words -= 1  # a word cut in two by the slice boundary was counted twice
+    in_word = False  # the text counted so far ends inside a word
+    batch: list[str] = []
+    size = 0
+    for text in el.itertext():
+        batch.append(text)
+        size += len(text)
+        if size >= _WORD_BATCH:
+            words, in_word = _count_batch("".join(batch), words, in_word)
+            batch, size = [], 0
+    if size:
+        words, in_word = _count_batch("".join(batch), words, in_word)
     return words
+
+
+def _count_batch(text: str, words: int, in_word: bool) -> tuple[int, bool]:
+    for start in range(0, len(text), _WORD_BATCH):  # a long text node in slices, not one split
+        piece = text[start : start + _WORD_BATCH]
+        words += len(piece.split()) - (in_word and not piece[0].isspace())
+        in_word = not piece[-1].isspace()
+    return words, in_word
 
 
 def _remove_element(el: etree._Element) -> None:
@@ -159,9 +176,23 @@ def _metadata(root: etree._Element, base_url: str | None) -> dict[str, str]:
     return meta
 
 
+# Elements an attribute of which ``_strip_chrome`` reads (libxml2 finds them, not a Python test
+# of every element); dropped tags are found by ``iter``'s tag filter (the parser lowercases them).
+_WITH_CHROME_ATTRIBUTE = etree.XPath("descendant-or-self::*[@role or @hidden or @aria-hidden or @style]")
+_WITH_ROLE = etree.XPath("descendant-or-self::*[@role]")
+_WITH_ID_OR_CLASS = etree.XPath("descendant-or-self::*[@id or @class]")
+
+
 def _strip_chrome(body: etree._Element) -> None:
     to_remove = []
-    for el in body.iter():
+    # removal order does not matter: a dropped element's tail joins whatever text precedes it
+    candidates = dict.fromkeys(
+        [
+            *body.iter(etree.Comment, etree.ProcessingInstruction, *_DROP_ALWAYS, "header", "footer"),
+            *_WITH_CHROME_ATTRIBUTE(body),
+        ]
+    )
+    for el in candidates:
         if not isinstance(el.tag, str):  # comments, processing instructions
             to_remove.append(el)
             continue
@@ -199,12 +230,12 @@ def _main_content(body: etree._Element) -> etree._Element:
     for el in body.iter("main"):
         if _text_len(el) > 0:
             return el
-    for el in body.iter():
-        if isinstance(el.tag, str) and (el.get("role") or "").lower() == "main" and _text_len(el) > 0:
+    for el in _WITH_ROLE(body):
+        if (el.get("role") or "").lower() == "main" and _text_len(el) > 0:
             return el
     best, best_len = None, 0
-    for el in body.iter():
-        if not isinstance(el.tag, str) or _tag(el) in ("body", "html"):
+    for el in _WITH_ID_OR_CLASS(body):  # a hint needs an id or a class
+        if _tag(el) in ("body", "html"):
             continue
         hint = f"{el.get('id') or ''} {el.get('class') or ''}"
         if _CONTENT_HINT.search(hint) and not _NOT_CONTENT_HINT.search(hint):
@@ -214,6 +245,20 @@ def _main_content(body: etree._Element) -> etree._Element:
     if best is not None and best_len >= 0.5 * total:
         return best
     return body
+
+
+def _visible_texts(body: etree._Element) -> Iterator[str]:
+    """The text nodes under ``body`` outside script and style, in document order.
+
+    Empties body's script and style elements first (their tails kept): chrome, dropped by
+    ``_strip_chrome`` right after, and then ``itertext`` (C) yields what a visitor sees.
+    """
+    for el in list(body.iter("script", "style")):
+        tail = el.tail
+        el.clear()
+        el.tail = tail
+    texts: Iterator[str] = body.itertext()
+    return texts
 
 
 def _looks_like_shell(n_scripts: int, asks_for_js: bool) -> bool:
@@ -230,6 +275,8 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     # Re-encode so lxml never guesses the charset; strip an XML declaration that would lie.
     payload = text.encode("utf-8", errors="replace")
     del text  # the page's decoded copy is not needed past this point
+    if payload == data:
+        payload = data  # a UTF-8 page: parse the caller's bytes, not a copy kept through the parse
     root, shell_hint_folded = build_tree(payload, _SHELL_HINT)
     del payload
     tree = root.getroottree()
@@ -240,7 +287,7 @@ def extract_html(data: bytes, ctx: ParseContext) -> ParsedDocument:
     n_scripts = sum(1 for _ in root.iter("script"))
     # Text a visitor sees without scripts (noscript included: "please enable JavaScript").
     # (or in an element folded while the tree was built)
-    asks_for_js = shell_hint_folded or bool(_SHELL_HINT.search(" ".join(visible_texts(body))))
+    asks_for_js = shell_hint_folded or search_joined(_SHELL_HINT, _visible_texts(body), _SHELL_WORD)
     _strip_chrome(body)
     main = _main_content(body)
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)

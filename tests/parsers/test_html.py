@@ -134,6 +134,17 @@ def test_javascript_shell_is_reported():
     assert "javascript shell" in err.value.message
 
 
+@pytest.mark.parametrize("split", ["Please enable <b>JavaScript</b> to", "Please <b>enable JavaScript</b> to"])
+def test_a_shell_hint_across_inline_markup_reads_as_the_visitor_sees_it(split):
+    """A folded paragraph is one text: where the markup splits the hint, it is still found.
+
+    Before the fold kept the whole text, the first form was indexed and the second skipped.
+    """
+    with pytest.raises(ParseError) as err:
+        _parse(f"<html><body><p>{split} view this site.</p><script>x()</script></body></html>")
+    assert "asks for JavaScript" in err.value.message
+
+
 def test_empty_page_without_scripts_is_empty_not_shell():
     with pytest.raises(ParseError) as err:
         _parse("<html><body>   </body></html>")
