@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,84 +84,145 @@ def _aligned_run(raw: Any, flat: str, cheap: TextLines, deadline: Deadline) -> b
     """Whether a run of lines ``_pdf_tables._unruled`` would try could hold an aligned table.
 
     The runs are built as there (consecutive lines cut at wide gaps, at most three line heights
-    apart), from each line's gaps (:func:`_line_gaps`); a run, or it without its first or last
-    line, may be a table only if each of its rows has a gap that all its rows leave free: the
-    table's columns are separated by whitespace running down all rows, and every row has cells
-    on both sides of one such separator."""
-    run: list[tuple[Line, _Gaps]] = []
-    for line, spans in [*zip(cheap.lines, cheap.spans, strict=True), (None, [])]:
-        gaps = _line_gaps(raw, flat, line, spans) if line is not None else []
-        adjacent = bool(run) and line is not None and line.top - run[-1][0].bottom <= 3.0 * line.height
-        if gaps != [] and (adjacent or not run):
-            run.append((line, gaps))  # type: ignore[arg-type]
+    apart), from each line's gaps (:class:`_Gaps`); a run, or it without its first or last line,
+    may be a table only if each of its rows has a gap that all its rows leave free: the table's
+    columns are separated by whitespace running down all rows, and every row has cells on both
+    sides of one such separator. A line's gaps are measured as far as needed: its first gap
+    says whether it extends a run, the rest only while a run still has a free gap in common."""
+    gaps = _Gaps(raw, flat, cheap)
+    lines = cheap.lines
+    run: list[int] = []
+    for k in [*range(len(lines)), -1]:
+        gapped = k >= 0 and gaps.has_gap(k)
+        adjacent = bool(run) and gapped and lines[k].top - lines[run[-1]].bottom <= 3.0 * lines[k].height
+        if gapped and (adjacent or not run):
+            run.append(k)
             continue
-        if len(run) >= _RUN and any(_columns_possible(part) for part in (run, run[1:], run[:-1], run[1:-1])):
+        if len(run) >= _RUN and _run_may_align(run, gaps):
             return True
-        run = [(line, gaps)] if line is not None and gaps != [] else []
+        run = [k] if gapped else []
         deadline.check("pdf table candidates")
     return False
 
 
-_Gaps = list[tuple[float, float]] | None  # a line's gaps (x from, x to); None: not measurable
+def _run_may_align(run: list[int], gaps: _Gaps) -> bool:
+    # the run's second line is in all four parts tried: no gap of it free in the loosest part
+    # (the run less its ends) is none in any part
+    inner = run[1:-1]
+    if len(inner) >= 1 and not _free_gap_of_first(inner, gaps):
+        return False
+    return any(_columns_possible(part, gaps) for part in (run, run[1:], run[:-1], inner) if len(part) >= _RUN)
+
+
+_Intervals = list[tuple[float, float]]
 _SLACK = 1.0  # points: a line's box from pdfium's rectangles may miss a character's by a glyph edge
-
-
-def _line_gaps(raw: Any, flat: str, line: Line, spans: list[tuple[float, float]]) -> _Gaps:
-    """Where ``_pdf_tables._pieces`` could cut the line, as x intervals (wider than ``MIN_GAP``
-    line heights):
-
-    * after each space run, between the characters around it (it holds the real gap: a piece's
-      right edge is that character's, or past it for an overhanging glyph);
-    * between consecutive text-object rectangles (cells set without a space between them);
-    * across a word wider than :data:`_WIDE_GLYPH` line heights a character: its text object
-      moved the pen without a space (a real file sets two cells as one word that way).
-
-    A neighbour without a box, or one starting left of the previous one's start (a piece may
-    restart there), makes the line unmeasurable: None."""
-    if " " not in line.text:  # as ``_pieces``: no space, no gap
-        return []
-    end_match = _LINE_END.search(flat, line.first)
-    end = end_match.start() if end_match else len(flat)
-    span = flat[line.first : end]
-    first, last = line.first + len(span) - len(span.lstrip()), line.first + len(span.rstrip())
-    min_gap = MIN_GAP * line.height
-    out: list[tuple[float, float]] = []
-    for (x0, x1), (next_x0, _) in itertools.pairwise(spans):
-        if next_x0 < x0 - _SLACK:
-            return None
-        if next_x0 - x1 > min_gap:
-            out.append((x1, next_x0))
-    word_start, word_x0 = first, line.x0
-    for space in _SPACE_RUN.finditer(flat, first, last):
-        before, after = _char_box(raw, space.start() - 1), _char_box(raw, space.end())
-        if before is None or after is None or after[0] < before[0]:
-            return None
-        _wide_word(out, word_x0, before[1], space.start() - word_start, line.height)
-        if after[0] - before[1] > min_gap:
-            out.append((before[1], after[0]))
-        word_start, word_x0 = space.end(), after[0]
-    _wide_word(out, word_x0, line.x1, last - word_start, line.height)
-    return out
-
-
 _WIDE_GLYPH = 1.5  # line heights: wider than any glyph (a CJK one is about one line height)
 
 
-def _wide_word(out: list[tuple[float, float]], x0: float, x1: float, n_chars: int, height: float) -> None:
-    if x1 - x0 > n_chars * _WIDE_GLYPH * height + MIN_GAP * height:
-        out.append((x0, x1))
+class _Unmeasurable(Exception):
+    """A line whose gaps cannot be told from the characters around its spaces."""
 
 
-def _columns_possible(rows: list[tuple[Line, _Gaps]]) -> bool:
-    """Every row has a gap that no row covers (each covers its box less its gaps, with slack)."""
-    if len(rows) < _RUN or any(gaps is None for _, gaps in rows):
-        return len(rows) >= _RUN
-    free: list[tuple[float, float]] = [(float("-inf"), float("inf"))]
-    for line, gaps in rows:
-        free = _uncovered(free, line, gaps or [])
+class _Gaps:
+    """Each line's gaps (x from, x to), measured lazily and kept; None: not measurable."""
+
+    def __init__(self, raw: Any, flat: str, cheap: TextLines) -> None:
+        import pypdfium2.raw as pdfium_c  # loaded already: a text page is open
+
+        self.raw, self.flat, self.cheap = raw, flat, cheap
+        self.get_box = pdfium_c.FPDFText_GetCharBox
+        self.found: dict[int, _Intervals | None] = {}
+
+    def has_gap(self, k: int) -> bool:
+        if k in self.found:
+            return self.found[k] != []
+        try:
+            return next(self._measure(k), None) is not None
+        except _Unmeasurable:
+            self.found[k] = None
+            return True
+
+    def of(self, k: int) -> _Intervals | None:
+        if k not in self.found:
+            try:
+                self.found[k] = list(self._measure(k))
+            except _Unmeasurable:
+                self.found[k] = None
+        return self.found[k]
+
+    def _measure(self, k: int) -> Iterator[tuple[float, float]]:
+        """Where ``_pdf_tables._pieces`` could cut line ``k``, as x intervals (wider than
+        ``MIN_GAP`` line heights): between consecutive text-object rectangles (cells set
+        without a space between them); after each space run, between the characters around it
+        (it holds the real gap: a piece's right edge is that character's, or past it for an
+        overhanging glyph); across a word wider than :data:`_WIDE_GLYPH` line heights a
+        character (its text object moved the pen without a space). A neighbour without a box,
+        or one starting left of the previous one's start (a piece may restart there): raises."""
+        line, spans, flat = self.cheap.lines[k], self.cheap.spans[k], self.flat
+        if " " not in line.text:  # as ``_pieces``: no space, no gap
+            return
+        height = line.height
+        min_gap = MIN_GAP * height
+        for (x0, x1), (next_x0, _) in itertools.pairwise(spans):
+            if next_x0 < x0 - _SLACK:
+                raise _Unmeasurable
+            if next_x0 - x1 > min_gap:
+                yield x1, next_x0
+        end_match = _LINE_END.search(flat, line.first)
+        span = flat[line.first : end_match.start() if end_match else len(flat)]
+        first, last = line.first + len(span) - len(span.lstrip()), line.first + len(span.rstrip())
+        wide = _WIDE_GLYPH * height
+        word_start, word_x0 = first, line.x0
+        for space in _SPACE_RUN.finditer(flat, first, last):
+            before, after = self._box(space.start() - 1), self._box(space.end())
+            if after[0] < before[0]:
+                raise _Unmeasurable
+            if before[1] - word_x0 > (space.start() - word_start) * wide + min_gap:
+                yield word_x0, before[1]
+            if after[0] - before[1] > min_gap:
+                yield before[1], after[0]
+            word_start, word_x0 = space.end(), after[0]
+        if line.x1 - word_x0 > (last - word_start) * wide + min_gap:
+            yield word_x0, line.x1
+
+    def _box(self, i: int) -> tuple[float, float]:
+        """The character's left and right edges; without a box (``PageChars.has_box``): raises."""
+        if not self.get_box(self.raw, i, _LEFT, _RIGHT, _BOTTOM, _TOP):
+            raise _Unmeasurable
+        left, right = _LEFT.value, _RIGHT.value
+        if not (right > left or _TOP.value > _BOTTOM.value):
+            raise _Unmeasurable
+        return left, right
+
+
+_LEFT, _RIGHT, _BOTTOM, _TOP = (ctypes.c_double() for _ in range(4))
+
+
+def _free_gap_of_first(rows: list[int], gaps: _Gaps) -> bool:
+    """Whether a gap of the first row is left free by all the others (measured until none is)."""
+    own = gaps.of(rows[0])
+    if own is None:
+        return True
+    free = sorted(own)
+    for k in rows[1:]:
+        other = gaps.of(k)
+        if other is None:
+            continue
+        free = _uncovered(free, gaps.cheap.lines[k], other)
         if not free:
             return False
-    return all(any(lo < b and a < hi for lo, hi in gaps or [] for a, b in free) for _, gaps in rows)
+    return True
+
+
+def _columns_possible(rows: list[int], gaps: _Gaps) -> bool:
+    """Every row has a gap that no row covers (each covers its box less its gaps, with slack)."""
+    measured = [gaps.of(k) for k in rows]
+    if any(g is None for g in measured):
+        return True
+    free: _Intervals = [(float("-inf"), float("inf"))]
+    for k, own in zip(rows, measured, strict=True):
+        free = _uncovered(free, gaps.cheap.lines[k], own or [])
+    return all(any(lo < b and a < hi for lo, hi in own or [] for a, b in free) for own in measured)
 
 
 def _uncovered(
@@ -189,17 +251,3 @@ def _uncovered(
                 out.append((a, b))
             j += 1
     return out
-
-
-_LEFT, _RIGHT, _BOTTOM, _TOP = (ctypes.c_double() for _ in range(4))
-
-
-def _char_box(raw: Any, i: int) -> tuple[float, float] | None:
-    """The character's left and right edges, None without a box (``PageChars.has_box``)."""
-    import pypdfium2.raw as pdfium_c  # loaded already: a text page is open
-
-    if not pdfium_c.FPDFText_GetCharBox(raw, i, _LEFT, _RIGHT, _BOTTOM, _TOP):
-        return None
-    if not (_RIGHT.value > _LEFT.value or _TOP.value > _BOTTOM.value):
-        return None
-    return _LEFT.value, _RIGHT.value
