@@ -13,11 +13,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Line", "PageChars", "furniture", "lines_of", "norm", "page_chars", "paragraphs"]
+__all__ = [
+    "Line",
+    "PageChars",
+    "TextLines",
+    "flat_text",
+    "furniture",
+    "lines_of",
+    "norm",
+    "page_chars",
+    "page_text",
+    "paragraphs",
+    "text_lines",
+]
 
 _SYMBOL_BULLETS = str.maketrans({"\uf0b7": "•", "\uf0a7": "▪", "\uf076": "•", "\uf0d8": "•", "\uf0fc": "✓"})
 _DIGITS = re.compile(r"\d+")
 _BREAKS = frozenset("\r\n")
+_Box = tuple[float, float, float, float]  # x0, top, x1, bottom
 
 
 @dataclass(slots=True)
@@ -60,21 +73,47 @@ class PageChars:
         return max(int(pdfium_c.FPDFText_GetFontWeight(self.textpage.raw, i)), 0)
 
 
-def page_chars(textpage: Any, page_height: float, max_chars: int) -> PageChars:
-    """Every character of ``textpage`` (up to ``max_chars``) with its box, through pdfium's C API.
+def page_text(textpage: Any, max_chars: int) -> list[str]:
+    """The page's characters (up to ``max_chars``) as strings, index ``i`` pdfium's character ``i``.
 
-    One C call per value instead of pypdfium2's per-character wrappers: ~2 µs a character.
-    UTF-16 surrogate halves (pdfium reports a non-BMP character as two) are joined, a lone
-    half is dropped, so no unencodable string leaves the parser.
+    One bulk ``FPDFText_GetText`` call instead of one C call per character. pdfium's text buffer
+    matches its character list except where it writes U+FFFE for a marker character (those
+    characters are asked one by one), drops a control character or splits a non-BMP one (those
+    pages, 10 of 513 on the real corpus, are read one character at a time, as
+    :func:`_unicode_by_char` always did), so the result is the same.
     """
     import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
 
     raw = textpage.raw
     n = min(pdfium_c.FPDFText_CountChars(raw), max_chars)
-    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
-    out = PageChars(textpage=textpage)
-    text, boxes = out.text, out.boxes
-    get_unicode, get_box = pdfium_c.FPDFText_GetUnicode, pdfium_c.FPDFText_GetCharBox
+    if n <= 0:
+        return []
+    buffer = ctypes.create_string_buffer(2 * (n + 1))
+    written = pdfium_c.FPDFText_GetText(raw, 0, n, ctypes.cast(buffer, ctypes.POINTER(ctypes.c_ushort)))
+    bulk = buffer.raw[: 2 * max(written - 1, 0)].decode("utf-16-le", "surrogatepass")
+    if len(bulk) != n or _SURROGATE.search(bulk):
+        return _unicode_by_char(raw, n)
+    text = list(bulk)
+    for marker in _MARKER.finditer(bulk):  # where pdfium's buffer says U+FFFE, ask the character
+        code = pdfium_c.FPDFText_GetUnicode(raw, marker.start())
+        if 0xD800 <= code <= 0xDFFF:
+            return _unicode_by_char(raw, n)
+        text[marker.start()] = chr(code) if code else ""
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MARKER = re.compile("\ufffe")
+
+
+def _unicode_by_char(raw: Any, n: int) -> list[str]:
+    """Per-character text: UTF-16 surrogate halves (pdfium reports a non-BMP character as two)
+    are joined, the first half an empty string, a lone half dropped, so no unencodable string
+    leaves the parser."""
+    import pypdfium2.raw as pdfium_c  # loaded already: a text page is open
+
+    get_unicode = pdfium_c.FPDFText_GetUnicode
+    text: list[str] = []
     pending_high = 0
     for i in range(n):
         code = get_unicode(raw, i)
@@ -83,12 +122,81 @@ def page_chars(textpage: Any, page_height: float, max_chars: int) -> PageChars:
             code = 0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00) if high and code >= 0xDC00 else 0
         else:
             pending_high = 0
+        text.append(chr(code) if code else "")
+    return text
+
+
+def page_chars(textpage: Any, page_height: float, max_chars: int, text: list[str] | None = None) -> PageChars:
+    """Every character of ``textpage`` (up to ``max_chars``) with its box, through pdfium's C API.
+
+    One C call per box (~1 µs a character): only pages with table candidates need this;
+    ``text`` is :func:`page_text`'s result when the caller has it already.
+    """
+    import pypdfium2.raw as pdfium_c  # pdfium's native library loads with the first PDF only
+
+    raw = textpage.raw
+    out = PageChars(text=text if text is not None else page_text(textpage, max_chars), textpage=textpage)
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    boxes, get_box = out.boxes, pdfium_c.FPDFText_GetCharBox
+    for i in range(len(out.text)):
         if get_box(raw, i, left, right, bottom, top):
             boxes.append((left.value, page_height - top.value, right.value, page_height - bottom.value))
         else:
             boxes.append((0.0, 0.0, 0.0, 0.0))
-        text.append(chr(code) if code else "")
     return out
+
+
+def flat_text(text: list[str]) -> str:
+    """:func:`page_text`'s characters as one string, one slot per index (U+FFFE for an empty one)."""
+    return "".join(ch or "\ufffe" for ch in text) if "" in text else "".join(text)
+
+
+@dataclass(slots=True)
+class TextLines:
+    lines: list[Line]
+    spans: list[list[tuple[float, float]]]  # per line, the x ranges of its rectangles, in reading order
+
+
+def text_lines(textpage: Any, text: list[str], flat: str, page_height: float) -> TextLines:
+    """pdfium's text lines with boxes from its own rectangles, never a character's box.
+
+    ``FPDFText_CountRects`` unites, in C, the boxes of a range's characters (one rectangle per
+    run of a text object's characters): over a line's span from its first to its last non-space
+    character that is the union :func:`lines_of` builds from every character's box (real
+    corpus: 2 of 13,492 lines differ, by a space glyph's or a mirrored glyph's box), for a few
+    calls a line. The rectangles' x ranges are kept: a table's cells are often text objects.
+    """
+    import pypdfium2.raw as pdfium_c  # loaded already: a text page is open
+
+    raw = textpage.raw
+    left, top, right, bottom = (ctypes.c_double() for _ in range(4))
+    out = TextLines([], [])
+    for match in _LINE_SPAN.finditer(flat):
+        start, end = match.span()
+        span = match.group()
+        stripped = "".join(text[start:end]).strip()
+        if not stripped:
+            continue
+        first, last = start + len(span) - len(span.lstrip()), start + len(span.rstrip())
+        box: _Box | None = None
+        xs: list[tuple[float, float]] = []
+        for k in range(pdfium_c.FPDFText_CountRects(raw, first, last - first)):
+            pdfium_c.FPDFText_GetRect(raw, k, left, top, right, bottom)
+            if left.value == right.value == top.value == bottom.value == 0.0:
+                continue  # pdfium's empty rectangle: no character in the span has a box
+            rect = (left.value, page_height - top.value, right.value, page_height - bottom.value)
+            box = rect if box is None else _union(box, rect)
+            xs.append((left.value, right.value))
+        out.lines.append(Line(stripped.translate(_SYMBOL_BULLETS), *(box or (0.0, 0.0, 0.0, 0.0)), first=start))
+        out.spans.append(xs)
+    return out
+
+
+_LINE_SPAN = re.compile("[^\r\n]+")
+
+
+def _union(a: _Box, b: _Box) -> _Box:
+    return (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
 
 
 def lines_of(chars: PageChars, skip: Sequence[bool] | None = None) -> list[Line]:

@@ -30,10 +30,10 @@ from plugins.parsers._pdf_grid import GridCut, ruled_cell_groups
 from plugins.parsers._pdf_layout import Line, PageChars
 from plugins.parsers._tabular import _looks_like_header
 
-__all__ = ["PageTables", "Table", "find_tables"]
+__all__ = ["MIN_GAP", "PageTables", "RuledScan", "Table", "find_tables", "grid_of", "scan_rules"]
 
 _SNAP = 3.0  # points: rules this close are the same rule (pdfplumber's snap_tolerance)
-_MIN_GAP = 0.5  # a column gap in unruled text: this many times the line's height (a space is ~0.3)
+MIN_GAP = 0.5  # a column gap in unruled text: this many times the line's height (a space is ~0.3)
 _MIN_TABLE_SIDE = 40.0  # points: a grid narrower than this is a diagram's detail
 _MAX_CELL_CHARS = 40
 # a list item's marker: "1)", "2.", "(a)", "(iv)", "•", "-"; a first column of these is a list
@@ -58,32 +58,46 @@ class PageTables:
     skipped: str | None = None  # why detection was cut short on the page (its text is kept)
 
 
-def find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> PageTables:
-    """Ruled tables first, then unruled ones among the lines they left; out of ``deadline``
-    (the tables' share of the document's budget) none, and the page's text stays as text."""
+@dataclass(slots=True)
+class RuledScan:
+    """The page's ruled cell groups (from path objects alone), and why the scan stopped, if it did."""
+
+    groups: list[list[tuple[float, ...]]]
+    skipped: str | None = None
+
+
+def scan_rules(page: Any, height: float, deadline: Deadline) -> RuledScan:
+    """Ruled cell groups; a grid past a cap is no groups, with the reason (raises on timeout)."""
     try:
-        return _find_tables(page, chars, lines, height, deadline)
+        return RuledScan(ruled_cell_groups(page, height, deadline))
+    except GridCut as cut:
+        return RuledScan([], str(cut))
+
+
+def find_tables(
+    page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline, rules: RuledScan | None = None
+) -> PageTables:
+    """Ruled tables first, then unruled ones among the lines they left; out of ``deadline``
+    (the tables' share of the document's budget) none, and the page's text stays as text.
+    ``rules``: :func:`scan_rules`'s result when the caller has it already."""
+    try:
+        return _find_tables(rules or scan_rules(page, height, deadline), chars, lines, deadline)
     except ParseError as exc:
         if exc.code != ParseErrorCode.TIMEOUT:
             raise
         return PageTables([], "time budget")
 
 
-def _find_tables(page: Any, chars: PageChars, lines: list[Line], height: float, deadline: Deadline) -> PageTables:
+def _find_tables(rules: RuledScan, chars: PageChars, lines: list[Line], deadline: Deadline) -> PageTables:
     tables = []
-    skipped = None
-    try:
-        groups = ruled_cell_groups(page, height, deadline)
-    except GridCut as cut:
-        groups, skipped = [], str(cut)
-    for cells in groups:
+    for cells in rules.groups:
         table = _fill_ruled(cells, chars)
         if table is not None:
             tables.append(table)
     taken = set().union(*(t.members for t in tables)) if tables else set()
     free = [ln for ln in lines if not _line_taken(ln, chars, taken)]
     tables.extend(_unruled(free, chars, deadline))
-    return PageTables(tables, skipped)
+    return PageTables(tables, rules.skipped)
 
 
 def _line_taken(line: Line, chars: PageChars, taken: set[int]) -> bool:
@@ -105,13 +119,22 @@ def _slot(grid: list[float], v: float) -> int:
     return max(0, bisect.bisect_right(grid, v + _SNAP) - 1)
 
 
-def _fill_ruled(cells: list[tuple[float, ...]], chars: PageChars) -> Table | None:
+def grid_of(cells: list[tuple[float, ...]]) -> tuple[list[float], list[float]] | None:
+    """The distinct column and row borders of a cell group, or None when it cannot be a table."""
     xs = _grid([c[0] for c in cells] + [c[2] for c in cells])
     ys = _grid([c[1] for c in cells] + [c[3] for c in cells])
     if len(xs) < 3 or len(ys) < 3:  # fewer than two columns or two rows: a box, not a table
         return None
     if xs[-1] - xs[0] < _MIN_TABLE_SIDE or ys[-1] - ys[0] < _MIN_TABLE_SIDE / 2:  # a figure's boxes
         return None
+    return xs, ys
+
+
+def _fill_ruled(cells: list[tuple[float, ...]], chars: PageChars) -> Table | None:
+    grid = grid_of(cells)
+    if grid is None:
+        return None
+    xs, ys = grid
     bbox = (xs[0], ys[0], xs[-1], ys[-1])
     # grid slot -> the cell covering it, the smallest winning: a character belongs to the
     # innermost cell around it (an outer frame is a cell too)
@@ -248,10 +271,10 @@ def _row_is_bold(row: int, chars: PageChars, texts: dict[tuple[int, int], list[i
 
 
 def _pieces(line: Line, chars: PageChars) -> list[tuple[float, float, list[int]]]:
-    """The line cut at gaps wider than :data:`_MIN_GAP` line heights: ``(x0, x1, char indices)``."""
+    """The line cut at gaps wider than :data:`MIN_GAP` line heights: ``(x0, x1, char indices)``."""
     if " " not in line.text:  # pdfium puts a space into every gap it sees between words
         return []
-    gap = _MIN_GAP * line.height
+    gap = MIN_GAP * line.height
     out: list[list[Any]] = []  # [x0, x1, indices], grown in place: one line may be 500k characters
     i = line.first
     while i < len(chars.text) and chars.text[i] not in "\r\n":

@@ -45,9 +45,10 @@ from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCo
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
 from plugins.parsers._embedded import EmbeddedFile, parse_embedded
 from plugins.parsers._pdf_fallback import read_with_pypdf
-from plugins.parsers._pdf_layout import Line, furniture, lines_of, norm, page_chars, paragraphs
+from plugins.parsers._pdf_layout import Line, furniture, norm, paragraphs
 from plugins.parsers._pdf_ocr import ocr_pdf_pages
-from plugins.parsers._pdf_tables import PageTables, Table, find_tables
+from plugins.parsers._pdf_page import read_page
+from plugins.parsers._pdf_tables import Table
 from plugins.parsers.registry import ParseContext, register_parser
 
 __all__ = ["parse_pdf"]
@@ -143,30 +144,17 @@ def _toc(pdf: Any, limit: int = 5000) -> dict[int, list[tuple[int, str]]]:
 
 
 def _read_page(page: Any, table_deadline: Deadline | None) -> _Page:
-    """The page's text and, given a deadline for them, its tables (none once it has run out)."""
+    """The page's text and, given a deadline for them, its tables (``_pdf_page``)."""
     width, height = page.get_size()
     textpage = page.get_textpage()
     try:  # the text page stays open while tables are found: a header row's font weight is asked there
-        chars = page_chars(textpage, height, _MAX_PAGE_CHARS)
-        lines = lines_of(chars)
-        found = PageTables([])
-        if table_deadline is not None and lines:
-            out_of_time = table_deadline.remaining <= 0
-            found = (
-                PageTables([], "time budget")
-                if out_of_time
-                else find_tables(page, chars, lines, height, table_deadline)
-            )
-        tables = found.tables
-        chars.textpage = None
+        read = read_page(page, textpage, height, _MAX_PAGE_CHARS, table_deadline)
     finally:
         textpage.close()
-    if tables:
-        taken = set().union(*(t.members for t in tables))
-        lines = lines_of(chars, [i in taken for i in range(len(chars.text))])
+    lines, tables = read.lines, read.found.tables
     image_only = sum(len(ln.text) for ln in lines) + sum(len(t.members) for t in tables) < 20
     image_only = image_only and _image_coverage(page, width, height) > 0.5
-    return _Page(lines, height, tables, image_only, found.skipped)
+    return _Page(lines, height, tables, image_only, read.found.skipped)
 
 
 def _attachments(pdf: Any, limits: Limits, deadline: Deadline) -> list[EmbeddedFile]:

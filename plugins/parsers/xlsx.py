@@ -239,9 +239,71 @@ def _sheet_objects(
     embeds.add_to(builder, embeds.files_of(path, f"sheet {title}", follow=("/drawing",)))
 
 
-def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any, zipfile.ZipFile]:
-    import openpyxl  # heavy (styles, formulas); loaded by the first spreadsheet only
+def _load_workbook(data: bytes) -> Any:
+    """``openpyxl.load_workbook(read_only=True, data_only=True)`` with a lean stylesheet step.
 
+    openpyxl's own (``apply_stylesheet``) builds every font, fill, border and named style: half
+    of a small workbook's parse, for values that need only each cell format's number format
+    (:func:`_apply_number_formats`). Custom properties and the theme are not read either."""
+    from openpyxl.reader.excel import ExcelReader  # heavy (styles, formulas); first spreadsheet only
+
+    reader = ExcelReader(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
+    reader.read_manifest()
+    reader.read_strings()
+    reader.read_workbook()
+    reader.read_properties()
+    if _STYLES_PART in reader.archive.namelist():
+        _apply_number_formats(reader.archive.read(_STYLES_PART), reader.wb)
+    reader.read_worksheets()
+    reader.parser.assign_names()
+    return reader.wb
+
+
+_STYLES_PART = "xl/styles.xml"
+
+
+def _apply_number_formats(styles_xml: bytes, wb: Any) -> None:
+    """Each cell format's number format, and which are dates or durations, as openpyxl's
+    ``Stylesheet._normalise_numbers`` sets them (custom ids rebased past the built-ins)."""
+    from openpyxl.styles.cell_style import StyleArray  # loaded already with the reader
+    from openpyxl.styles.numbers import (  # loaded already with the reader
+        BUILTIN_FORMATS_MAX_SIZE,
+        BUILTIN_FORMATS_REVERSE,
+        builtin_format_code,
+        is_date_format,
+        is_timedelta_format,
+    )
+    from openpyxl.utils.indexed_list import IndexedList  # loaded already with the reader
+
+    root = parse_xml(styles_xml, "xlsx styles")
+    ns = {"m": _MAIN_NS}
+    xfs = root.findall("m:cellXfs/m:xf", ns)
+    if not xfs:  # as openpyxl: no cell formats, its defaults stay
+        return
+    try:
+        custom = {int(n.get("numFmtId", "")): n.get("formatCode", "") for n in root.iterfind("m:numFmts/m:numFmt", ns)}
+        ids = [int(xf.get("numFmtId", "0")) for xf in xfs]
+    except ValueError as exc:
+        raise ParseError(ParseErrorCode.CORRUPT, f"xlsx styles: {exc}") from exc
+    formats: Any = IndexedList()
+    styles, dates, durations = [], set(), set()
+    for index, fmt_id in enumerate(ids):
+        if fmt_id in custom:
+            fmt = custom[fmt_id]
+            reverse = BUILTIN_FORMATS_REVERSE.get(fmt)  # a built-in written out: its own id
+            fmt_id = reverse if reverse is not None else formats.add(fmt) + BUILTIN_FORMATS_MAX_SIZE
+        else:
+            fmt = builtin_format_code(fmt_id)
+        if is_date_format(fmt):
+            dates.add(index)
+        if is_timedelta_format(fmt):
+            durations.add(index)
+        styles.append(StyleArray([0, 0, 0, fmt_id, 0, 0, 0, 0, 0]))
+    wb._number_formats, wb._cell_styles = formats, IndexedList(styles)
+    wb._date_formats, wb._timedelta_formats = dates, durations
+
+
+def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any, zipfile.ZipFile]:
     zf = check_zip(data, limits, "xlsx")
     # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams
     charge_xml_parts(zf, limits, "xlsx", skip=lambda name: name.startswith("xl/worksheets/"))
@@ -252,7 +314,7 @@ def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # openpyxl warns about every unknown extension
-            wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
+            wb = _load_workbook(data)
     except etree.XMLSyntaxError as exc:
         raise xml_error(exc, "xlsx") from exc
     except (KeyError, zipfile.BadZipFile, OSError) as exc:

@@ -90,3 +90,72 @@ def test_outline_entries_not_on_their_page_are_dropped():
     heads = [b.text for b in doc.blocks if b.kind == BlockKind.HEADING]
     assert heads == ["Introduction"]
     assert doc.blocks[-1].heading_path == ["Introduction"]
+
+
+# --------------------------------------------------------------------------- per-character boxes only for table candidates
+
+_PROSE = [
+    "Shift work and family life were studied over two years in a",
+    "sample of nurses; this paragraph is running text set in one",
+    "column, with nothing that lines up into columns of a table.",
+    "The last line is short.",
+]
+_TABLE = [("Product", "Price", "Qty"), ("Apples", "1.20", "10"), ("Pears", "2.50", "17"), ("Plums", "3.10", "12")]
+
+
+def _prose_page(top: float) -> list[tuple[float, float, float, str]]:
+    return [(72, top + 16 * i, 11, line) for i, line in enumerate(_PROSE)]
+
+
+def _table_page() -> list[tuple[float, float, float, str]]:
+    return [
+        (x, 300 + 18 * r, 11, cell) for r, row in enumerate(_TABLE) for x, cell in zip((72, 220, 360), row, strict=True)
+    ]
+
+
+@pytest.fixture
+def char_box_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts pages read through every character's box (``page_chars``), in this process."""
+    from plugins.parsers import _pdf_page
+
+    calls: list[int] = []
+    real = _pdf_page.page_chars
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_pdf_page, "page_chars", counting)
+    return calls
+
+
+def _blocks(doc) -> list[tuple[str, str, object]]:  # type: ignore[no-untyped-def]
+    return [(b.kind.value, b.text, [p.bbox for p in b.positions]) for b in doc.blocks]
+
+
+def test_page_without_table_candidates_skips_character_boxes(char_box_reads, monkeypatch):
+    from plugins.parsers import _pdf_page
+
+    data = build_pdf([_prose_page(100), _prose_page(120)])
+    cheap = parse_bytes(data, "prose.pdf", isolate=False)
+    assert char_box_reads == []  # neither page read a character's box
+    # the same pages forced through every character's box: the same blocks, boxes included
+    monkeypatch.setattr(_pdf_page, "_has_candidates", lambda *args: True)
+    full = parse_bytes(data, "prose.pdf", isolate=False)
+    assert len(char_box_reads) == 2
+    assert _blocks(cheap) == _blocks(full) and len(cheap.blocks) >= 2
+    assert "tables" not in cheap.metadata
+
+
+def test_table_page_still_finds_its_table(char_box_reads):
+    doc = parse_bytes(build_pdf([_prose_page(100), _table_page()]), "mixed.pdf", isolate=False)
+    assert len(char_box_reads) == 1  # the table page only
+    tables = [b for b in doc.blocks if b.kind == BlockKind.TABLE]
+    assert len(tables) == 1 and tables[0].positions[0].page == 2
+    assert tables[0].header == list(_TABLE[0])
+    assert tables[0].rows == [list(row) for row in _TABLE[1:]]
+
+
+def test_real_ruled_table_page_reads_character_boxes(char_box_reads):
+    doc = parse_bytes(_real("0488_spanning_cells.pdf"), "spanning_cells.pdf", isolate=False)
+    assert char_box_reads and doc.metadata["tables"] >= 1
