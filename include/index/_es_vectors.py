@@ -34,6 +34,7 @@ __all__ = [
     "num_candidates",
     "vector_json",
     "vector_source",
+    "vector_update",
 ]
 
 _EXCLUDE_VECTORS_FROM = (9, 2)  # the first release that leaves vectors out of _source by default
@@ -67,6 +68,11 @@ def kept_update(
         fields[VECTOR_FIELD] = np.asarray(vector, dtype=np.float32).tolist()
         fields["embedding_model"] = model
     return {"doc": fields} if fields else None
+
+
+def vector_update(model: str, vector: npt.NDArray[np.float32]) -> dict[str, Any]:
+    """The partial update giving a stored chunk a new vector (a re-embedding: its text stands)."""
+    return {"doc": {VECTOR_FIELD: np.asarray(vector, dtype=np.float32).tolist(), "embedding_model": model}}
 
 
 MAX_NUM_CANDIDATES = 10_000  # Elasticsearch's limit for num_candidates (and so for k)

@@ -63,6 +63,7 @@ from include.index._es_bulk import (
     source_to_record,
     stored_stamp,
     stored_state,
+    update_op,
 )
 from include.index._es_client import bulk_client, client_from_options, request_retrying
 from include.index._es_generations import Generations
@@ -75,7 +76,7 @@ from include.index._es_mapping import (
     vector_properties,
 )
 from include.index._es_search import bm25_query, search_hit
-from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source
+from include.index._es_vectors import cache_query, cosine_of_score, knn_clause, vector_source, vector_update
 from include.index._vector_checks import query_array
 from include.index.base import (
     DEFAULT_SEARCH_TIME_LIMIT,
@@ -90,6 +91,7 @@ from include.index.fusion import (
     DEFAULT_VECTOR_WEIGHT,
     check_vector_weight,
 )
+from include.vectors import VectorSet
 
 __all__ = ["ElasticsearchIndex", "bm25_query", "client_from_options", "request_retrying"]
 
@@ -456,6 +458,26 @@ class ElasticsearchIndex(Generations, EsAccess, IndexBackend):
                 if vector is not None and src.get("text_hash") not in found:
                     found[src["text_hash"]] = np.asarray(vector, dtype=np.float32)
         return found
+
+    def replace_vectors(self, source: str, vectors: Mapping[str, VectorSet]) -> dict[str, str]:
+        # partial updates of the stored chunks; the first vectors written map the index's size
+        try:
+            dims, sizes = self._vector_dims(self.alias), {v.dimensions for v in vectors.values()}
+            if dims is None and len(sizes) == 1 and next(iter(sizes)) <= MAX_VECTOR_DIMS:
+                dims = next(iter(sizes))
+                self._call(self._es.indices.put_mapping, index=self.alias, properties=vector_properties(dims))
+        except Exception as exc:  # the cluster is unreachable: every document fails, none raises
+            return dict.fromkeys(vectors, f"elasticsearch: {exc}")
+        held = f"the index holds {dims}-dimension vectors"
+        wrong = {d: f"{held}, not {v.dimensions}" for d, v in vectors.items() if v.dimensions != dims}
+        ops = [
+            update_op(self.alias, doc_id, chunk_id, vector_update(v.model, row))
+            for doc_id, v in vectors.items()
+            if doc_id not in wrong
+            for chunk_id, row in zip(v.chunk_ids, v.matrix, strict=True)
+        ]
+        report = self._bulk(ops, BulkReport())
+        return {**wrong, **{doc_id: "elasticsearch: " + "; ".join(e[:5]) for doc_id, e in report.errors.items()}}
 
     @staticmethod
     def _filter(source: str | None, doc_id: str | None) -> dict[str, Any]:

@@ -65,9 +65,11 @@ from include.index.sqlite_vectors import (
     document_vectors,
     knn,
     put_vector,
+    replace_vectors,
     stored_vectors,
 )
 from include.settings import get_settings
+from include.vectors import VectorSet
 
 __all__ = ["ENGLISH_STOP_WORDS", "SqliteFtsIndex", "fts_query", "query_terms", "segment_cjk"]
 
@@ -440,6 +442,11 @@ class SqliteFtsIndex(IndexBackend):
         if not self._vectors_loaded:
             return {}  # nothing readable: every chunk is a cache miss
         return stored_vectors(self._db, index_name=self.index_name, model=model, text_hashes=text_hashes)
+
+    def replace_vectors(self, source: str, vectors: Mapping[str, VectorSet]) -> dict[str, str]:
+        if not self._vectors_loaded:
+            return dict.fromkeys(vectors, "the sqlite-vec extension is not loaded: vectors cannot be stored")
+        return replace_vectors(self._db, index_name=self.index_name, source=source, vectors=vectors)
 
     def count(self, *, source: str | None = None, doc_id: str | None = None) -> int:
         sql, args = self._filter("SELECT count(*) FROM chunks", source, doc_id)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ import numpy.typing as npt
 import sqlite_vec
 
 from include.index._vector_checks import VectorWriteError, document_vectors, query_array
+from include.vectors import VectorSet
 
 # Optional: only needed where the stdlib sqlite3 cannot load extensions (no wheel on every platform).
 try:
@@ -47,6 +49,7 @@ __all__ = [
     "document_vectors",
     "knn",
     "put_vector",
+    "replace_vectors",
     "stored_vectors",
     "vec_table",
 ]
@@ -56,6 +59,7 @@ log = logging.getLogger(__name__)
 # Both drivers' errors: the connection may come from either module.
 DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((pysqlite3.Error,) if pysqlite3 is not None else ())
 _LOAD_ERRORS: tuple[type[Exception], ...] = (AttributeError, *DB_ERRORS)
+_REPLACE_ERRORS: tuple[type[Exception], ...] = (*DB_ERRORS, VectorWriteError)  # one document's, not the batch's
 MAX_VECTOR_BATCH = 500  # text hashes per cache lookup statement (SQLite's variable limit is 32766)
 
 
@@ -122,6 +126,46 @@ def put_vector(
 def delete_vector(cur: Any, *, dims: int | None, rowid: int) -> None:
     if dims is not None and _table_exists(cur, vec_table(dims)):
         cur.execute(f"DELETE FROM {vec_table(dims)} WHERE chunk_rowid = ?", (rowid,))
+
+
+def replace_vectors(db: Any, *, index_name: str, source: str, vectors: Mapping[str, VectorSet]) -> dict[str, str]:
+    """Store new vectors for chunks of ``source`` already in the index (a re-embedding), by doc
+    id, in one transaction: each document whole or not at all. Doc id -> error for the others."""
+    errors: dict[str, str] = {}
+    cur, now = db.cursor(), time.time()
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        for doc_id, doc_vectors in vectors.items():
+            cur.execute("SAVEPOINT doc")
+            try:
+                _replace_document(cur, index_name, source, doc_vectors, now)
+            except _REPLACE_ERRORS as exc:  # that document's problem, not the others'
+                cur.execute("ROLLBACK TO doc")
+                errors[doc_id] = f"sqlite: {exc}"
+            cur.execute("RELEASE doc")
+        cur.execute("COMMIT")
+    except BaseException:
+        cur.execute("ROLLBACK")
+        raise
+    return errors
+
+
+def _replace_document(cur: Any, index_name: str, source: str, vectors: VectorSet, now: float) -> None:
+    if vectors.matrix.size and not np.isfinite(vectors.matrix).all():
+        raise VectorWriteError(f"vectors of model {vectors.model!r} hold NaN or infinite values")
+    for chunk_id, vector in zip(vectors.chunk_ids, vectors.matrix, strict=True):
+        row = cur.execute(
+            "SELECT rowid, embedding_dims FROM chunks WHERE index_name = ? AND source = ? AND chunk_id = ?",
+            (index_name, source, chunk_id),
+        ).fetchone()
+        if row is None:
+            raise VectorWriteError(f"chunk {chunk_id} is not in the index")
+        delete_vector(cur, dims=row[1], rowid=row[0])
+        put_vector(cur, dims=vectors.dimensions, rowid=row[0], index_name=index_name, source=source, vector=vector)
+        cur.execute(
+            "UPDATE chunks SET embedding_model = ?, embedding_dims = ?, updated_at = ? WHERE rowid = ?",
+            (vectors.model, vectors.dimensions, now, row[0]),
+        )
 
 
 def _table_exists(cur: Any, table: str) -> bool:

@@ -42,6 +42,10 @@ def _count_lines(counts: Mapping[str, Any]) -> list[str]:
     lines = ["  " + "  ".join(f"{k} {v}" for k, v in actions.items())]
     if counts.get("unchanged_forced"):
         lines[-1] += f"  (unchanged (forced) {counts['unchanged_forced']})"
+    if counts.get("reembedded"):  # of "unchanged": new vectors from the indexed chunk texts
+        lines[-1] += f"  (re-embedded {counts['reembedded']}: {counts.get('chunks_embedded', 0)} chunks embedded)"
+    elif counts.get("would_reembed"):
+        lines[-1] += f"  (would re-embed {counts['would_reembed']})"
     if not counts.get("dry_run"):
         lines.append(
             f"  chunks written {counts.get('chunks_written', 0)}, bytes fetched {counts.get('bytes_fetched', 0)}"

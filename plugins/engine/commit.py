@@ -36,6 +36,7 @@ from plugins.engine.context import RunContext, closed_run, log
 from plugins.engine.manifests import read_plan, read_stage_manifest
 from plugins.engine.reaper import retains_raw
 from plugins.engine.records import ItemRecord, RunPlan
+from plugins.engine.reembed import commit_reembedded, reembedded_manifest
 from plugins.engine.retention import prune_source
 
 __all__ = [
@@ -115,6 +116,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     _refuse_incomplete(ctx, plan)
     sid, staging = ctx.source.source_id, ctx.staging
     manifests = [read_stage_manifest(staging.stage_path("upserted", n)) for n in range(len(plan.batches))]
+    reembedded = reembedded_manifest(ctx, plan)  # vectors written to the index: state follows here
     access_store = AccessStore(store)  # document permissions, in the same database
     # keys a connector renamed (discover's plan): moved first, so the rows below find their state
     store.rename_items(sid, plan.renames)
@@ -127,8 +129,12 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     unchanged = [*plan.unchanged, *refetched]
     written = [i for m in manifests for i in m.items]
     commit_unchanged(unchanged, prior_states, ctx.run_id, book)
-    commit_written(written, sid, plan.processing_hash, ctx.run_id, book, plan.processing_options)
+    options = {"options": plan.processing_options, "text_options": plan.processing_text_options}
+    commit_written(written, sid, plan.processing_hash, ctx.run_id, book, options)
     failures = [*plan.failed, *(f for m in manifests for f in m.failures)]
+    if reembedded is not None:
+        commit_reembedded(reembedded.items, prior_states, plan, ctx.run_id, book)
+        failures += reembedded.failures
     record_failures(failures, prior_states, sid, ctx.run_id, book)
     keep_missing(plan.missing, prior_states, book)
     record_skipped(plan.skipped, book)

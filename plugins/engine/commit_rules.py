@@ -140,7 +140,7 @@ def _written(item: ItemRecord) -> tuple[str, Any, Any, Any]:
 
 
 def written_state(
-    item: ItemRecord, sid: str, processing_hash: str, run_id: str, options_hash: str | None = None
+    item: ItemRecord, sid: str, processing_hash: str, run_id: str, options: Mapping[str, str | None] | None = None
 ) -> ItemState:
     """The state row of an item this run indexed, with what it went through (``processed_with``)."""
     content_hash, parsed, chunked, _ = _written(item)
@@ -156,7 +156,7 @@ def written_state(
         url=item.raw.url if item.raw else None,
         last_seen_run=run_id,
         last_indexed_run=run_id,
-        processed_with=processed_record(parsed, chunked, item.embedded, options_hash),
+        processed_with=processed_record(parsed, chunked, item.embedded, options or {}),
     )
 
 
@@ -232,12 +232,12 @@ def commit_written(
     processing_hash: str,
     run_id: str,
     book: CommitBook,
-    options_hash: str | None = None,
+    options: Mapping[str, str | None] | None = None,
 ) -> None:
     """Items whose index write succeeded: new or changed by what discovery saw of them (not the
     current row, which a first attempt of this task may already have replaced)."""
     for item in items:
-        state = written_state(item, sid, processing_hash, run_id, options_hash)
+        state = written_state(item, sid, processing_hash, run_id, options)
         action = written_action(item)
         upserted = _written(item)[3]
         book.states.append(state)
@@ -324,7 +324,7 @@ _ZEROS = (
     *("new", "changed", "unchanged", "unchanged_forced", "deleted", "failed", "skipped", "fetched", "parsed"),
     "chunked",
     *("chunks_written", "chunks_unchanged", "chunks_deleted"),
-    *("chunks_embedded", "chunks_vector_reused", "chunks_truncated"),
+    *("chunks_embedded", "chunks_vector_reused", "chunks_truncated", "reembedded"),
     # permissions read this run: items whose access changed, items private as unknown (issue 35)
     *("acl_changed", "acl_unknown"),
 )
@@ -386,6 +386,15 @@ def dry_run_lineage(plan: RunPlan) -> list[RunItem]:
     ]
     rows += [
         RunItem(
+            item_key=r.item_key,
+            action="unchanged",
+            doc_id=r.prior.doc_id if r.prior else None,
+            reason=f"dry run: would be re-embedded from the indexed chunk texts ({r.forced_reason})",
+        )
+        for r in plan.reembed
+    ]
+    rows += [
+        RunItem(
             item_key=d.item_key, action="deleted", doc_id=d.doc_id, reason=f"dry run: would be deleted ({d.reason})"
         )
         for d in plan.deletions
@@ -401,6 +410,7 @@ def dry_run_counts(plan: RunPlan) -> dict[str, Any]:
         "would_update": kinds.get("changed", 0),
         "unchanged": len(plan.unchanged),
         "would_delete": len(plan.deletions),
+        "would_reembed": len(plan.reembed),
         "source_stats": plan.stats,
         "listing_complete": plan.complete,
         "deferred": int(plan.stats.get("deferred", 0)),

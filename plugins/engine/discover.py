@@ -28,10 +28,11 @@ from plugins.engine.plan_rules import (
     forced_items,
     mass_delete_message,
     plan_deletions,
+    reembed_items,
     split_batches,
 )
 from plugins.engine.processed import Processing, current_processing, processing_versions
-from plugins.engine.records import RunPlan
+from plugins.engine.records import ItemRecord, RunPlan
 from plugins.parsers.registry import check_engines
 
 __all__ = [
@@ -167,6 +168,38 @@ def _begin_rebuild(ctx: RunContext) -> None:
         index.close()
 
 
+def _reembed_plan(
+    ctx: RunContext, states: Mapping[str, ItemState], processing: Processing, forced: dict[str, str]
+) -> dict[str, str]:
+    """Items to re-embed from their indexed chunk texts -> why. One whose chunks are not all in
+    the index goes to ``forced`` instead (re-fetched whole, the reason saying so)."""
+    reembed = reembed_items(ctx.params, states, processing)
+    if not reembed:
+        return reembed
+    index = open_index(ctx.source.index)
+    try:
+        stored = index.chunk_ids(source=ctx.source.source_id)
+    finally:
+        index.close()
+    for key in [k for k in reembed if not set(states[k].chunk_ids) <= stored]:
+        forced[key] = f"{reembed.pop(key)}; its chunk text is missing from the index"
+    return reembed
+
+
+def _split_reembed(
+    unchanged: list[ItemRecord], reembed: Mapping[str, str]
+) -> tuple[list[ItemRecord], list[ItemRecord]]:
+    """(unchanged items, those of them to re-embed, ``forced_reason`` saying why)."""
+    kept, again = [], []
+    for item in unchanged:
+        if item.item_key in reembed:
+            item.forced_reason = reembed[item.item_key]
+            again.append(item)
+        else:
+            kept.append(item)
+    return kept, again
+
+
 def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None) -> dict[str, Any]:
     """Plan the run (once: a re-run of this task returns the plan it already wrote).
 
@@ -181,6 +214,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
     processing = current_processing(source)
     found, request, forced, staged_digest = (ask or ask_connector)(ctx, staging, states, processing)
     renames = apply_renames(states, forced, found.renames)
+    reembed = _reembed_plan(ctx, states, processing, forced)
     limits = (source.engine_options.quarantine_after, request.max_items)
     sorted_ = classify_changes(found.changes, states, forced, params, limits, staged_digest or staging.staged_digest)
     skipped = sorted_.skipped + connector_skips(found.stats)
@@ -193,7 +227,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
     )
     _guard_mass_delete(ctx, store, len(deletions), states)
     to_fetch = sorted_.of_kind(ChangeKind.NEW, ChangeKind.CHANGED)
-    unchanged = sorted_.of_kind(ChangeKind.UNCHANGED)
+    unchanged, to_reembed = _split_reembed(sorted_.of_kind(ChangeKind.UNCHANGED), reembed)
     batches = [] if params.dry_run else split_batches(ctx.run_id, source.source_id, to_fetch, source.batch_size)
     plan = RunPlan(
         run_id=ctx.run_id,
@@ -202,6 +236,7 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
         complete=found.complete,
         processing_hash=processing.hash,
         processing_options=processing.options,
+        processing_text_options=processing.text_options,
         stats=found.stats,
         unchanged=unchanged,
         to_fetch=[i.item_key for i in to_fetch],
@@ -214,11 +249,13 @@ def discover_stage(ctx: RunContext, store: StateStore, ask: Asker | None = None)
         forced_reasons=dict(sorted(forced.items())),
         renames=renames,
         batches=[write_batch_manifest(staging, b) for b in batches],
+        reembed=to_reembed,
     )
     _begin_rebuild(ctx)
     plan_path = write_plan(staging, plan)  # last: its existence means the run is planned, rebuild included
     log.info(
-        "%s: discovered %d to fetch, %d unchanged, %d to delete, %d skipped (complete listing: %s)",
-        *(source.source_id, len(to_fetch), len(unchanged), len(deletions), len(skipped), found.complete),
+        "%s: discovered %d to fetch, %d unchanged, %d to re-embed, %d to delete, %d skipped (complete listing: %s)",
+        *(source.source_id, len(to_fetch), len(unchanged), len(to_reembed), len(deletions), len(skipped)),
+        found.complete,
     )
     return _result(ctx, plan_path, plan.batches)

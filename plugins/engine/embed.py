@@ -36,7 +36,14 @@ from plugins.engine.manifests import corrupt_failure, load_chunks, read_stage_ma
 from plugins.engine.packed import PackedReader
 from plugins.engine.records import EmbedOutcome, ItemFailure, ItemRecord, StagedRef, TruncatedChunk
 
-__all__ = ["EmbedderFactory", "embed_stage", "open_source_embedder"]
+__all__ = [
+    "BatchVectors",
+    "EmbedderFactory",
+    "batch_vectors",
+    "document_vectors",
+    "embed_stage",
+    "open_source_embedder",
+]
 
 log = logging.getLogger("tributary")
 
@@ -54,7 +61,7 @@ def open_source_embedder(source: SourceConfig) -> Embedder:
 
 
 @dataclass(slots=True)
-class _BatchVectors:
+class BatchVectors:
     """What one batch knows by chunk text hash: cached and computed vectors, failed texts and
     truncations."""
 
@@ -89,7 +96,7 @@ def _bad_rows(result: EmbeddedTexts, count: int, dimensions: int) -> dict[int, t
     return {int(r): ("not_finite", "the vector holds NaN or infinite values") for r in np.flatnonzero(~finite)}
 
 
-def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str], found: _BatchVectors) -> int:
+def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str], found: BatchVectors) -> int:
     """Embed one call's texts into ``found``; a refused row is recorded and the others are kept
     from the error (a provider that sends their vectors along), else asked again without it.
     Returns the number of texts sent to the model."""
@@ -124,7 +131,7 @@ def _embed_group(embedder: Embedder, hashes: Sequence[str], texts: Sequence[str]
     return sent
 
 
-def _embed_misses(embedder: Embedder, chunks: Sequence[Chunk], found: _BatchVectors, batch_size: int) -> None:
+def _embed_misses(embedder: Embedder, chunks: Sequence[Chunk], found: BatchVectors, batch_size: int) -> None:
     """Embed each distinct chunk text the cache does not hold, ``batch_size`` texts per call."""
     misses: dict[str, str] = {}
     for chunk in chunks:
@@ -135,8 +142,8 @@ def _embed_misses(embedder: Embedder, chunks: Sequence[Chunk], found: _BatchVect
         _embed_group(embedder, hashes[start : start + batch_size], texts[start : start + batch_size], found)
 
 
-def _document_vectors(
-    item: ItemRecord, chunks: list[Chunk], found: _BatchVectors, claimed: set[str], model: str
+def document_vectors(
+    item: ItemRecord, chunks: list[Chunk], found: BatchVectors, claimed: set[str], model: str
 ) -> tuple[VectorSet, list[TruncatedChunk]] | ItemFailure:
     """A document's vector set (reused: from the cache, or computed for an earlier chunk of the
     batch with the same text), or its failure when one of its texts could not be embedded."""
@@ -205,6 +212,26 @@ def _stage_vectors(
     )
 
 
+def batch_vectors(
+    chunks: Sequence[Chunk],
+    source: SourceConfig,
+    index_factory: Callable[[], IndexBackend],
+    embedder_factory: EmbedderFactory,
+) -> tuple[BatchVectors, str]:
+    """(what the batch knows by text hash, the model): the index's cached vectors of the model,
+    and each distinct text it lacks embedded once. Shared by the embed and re-embed stages."""
+    embedder = embedder_factory()
+    try:
+        model, dims = embedder.model_id, embedder.dimensions
+        cached = _usable(_cached(index_factory, model, {c.text_hash for c in chunks}), dims)
+        found = BatchVectors(dims, cached)
+        # enough texts per call for the provider's requests in flight (one batch each)
+        _embed_misses(embedder, chunks, found, source.embedding.batch_size * max(1, embedder.max_in_flight))
+    finally:
+        embedder.close()
+    return found, model
+
+
 def embed_stage(
     chunked_path: str,
     source: SourceConfig,
@@ -220,19 +247,11 @@ def embed_stage(
         return write_stage_manifest(chunked_path, out)
     start = time.perf_counter()
     all_chunks = [c for _, chunks in docs for c in chunks]
-    embedder = embedder_factory()
-    try:
-        model, dims = embedder.model_id, embedder.dimensions
-        cached = _usable(_cached(index_factory, model, {c.text_hash for c in all_chunks}), dims)
-        found = _BatchVectors(dims, cached)
-        # enough texts per call for the provider's requests in flight (one batch each)
-        _embed_misses(embedder, all_chunks, found, source.embedding.batch_size * max(1, embedder.max_in_flight))
-    finally:
-        embedder.close()
+    found, model = batch_vectors(all_chunks, source, index_factory, embedder_factory)
     elapsed = round((time.perf_counter() - start) * 1000 / len(docs), 2)
     claimed: set[str] = set()
     for item, chunks in docs:
-        done = _document_vectors(item, chunks, found, claimed, model)
+        done = document_vectors(item, chunks, found, claimed, model)
         outcome = done if isinstance(done, ItemFailure) else _stage_vectors(staging, item, chunks, *done)
         if isinstance(outcome, ItemFailure):
             log.warning("%s: %s not embedded: %s", source.source_id, item.item_key, outcome.error)

@@ -313,6 +313,8 @@ def load_vectors(item: ItemRecord, chunks: list[Chunk]) -> VectorSet | None:
     embedded = item.embedded
     if embedded is None:
         return None
+    if embedded.file is None:
+        raise ValueError(f"item {item.item_key!r} was re-embedded in the index: it has no staged vectors")
     data = StagingArea.read_verified(embedded.file.path, embedded.file.digest())
     try:
         vectors = decode_vectors(data)

@@ -15,7 +15,7 @@ from typing import Any
 from include.contract import Change, ChangeKind, VersionEvidence
 from include.stores import ItemState
 from plugins.engine.context import RunParams
-from plugins.engine.processed import Processing, reprocess_reason
+from plugins.engine.processed import Processing, reembed_reason, reprocess_reason
 from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, PriorState, Skip, StagedRef
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "mass_delete_message",
     "plan_deletions",
     "quarantine_reason",
+    "reembed_items",
     "split_batches",
 ]
 
@@ -41,19 +42,39 @@ def forced_items(
     treats them as new (no validators sent): full resync, named in ``only_keys``, or processed
     otherwise than the source would now (:func:`plugins.engine.processed.reprocess_reason`: new
     options, chunker or model for every item; a new parser version for the items it read).
+    Items needing new vectors only (:func:`reembed_items`) are trusted: their chunk texts stand.
     """
     only = set(params.only_keys or ())
     known: dict[str, VersionEvidence] = {}
     forced: dict[str, str] = {}
+    reembed = reembed_items(params, states, processing)
     for key, st in states.items():
         if not st.indexed:
             continue
         why = "full resync" if params.full_resync else "named in only_keys" if key in only else None
+        if why is None and key in reembed:
+            known[key] = st.version or VersionEvidence()
+            continue
         if (why := why or reprocess_reason(st, processing)) is not None:
             forced[key] = why
             continue
         known[key] = st.version or VersionEvidence()
     return known, forced
+
+
+def reembed_items(params: RunParams, states: Mapping[str, ItemState], processing: Processing) -> dict[str, str]:
+    """Indexed items whose only difference from now is the embedding -> why ("embedding model A
+    -> B"): re-embedded from their indexed chunk texts (:mod:`plugins.engine.reembed`), unless
+    the source changed them (then fetched as any change). A full resync or ``only_keys``
+    re-processes its items whole."""
+    if params.full_resync:
+        return {}
+    only = set(params.only_keys or ())
+    return {
+        key: why
+        for key, st in states.items()
+        if st.indexed and key not in only and (why := reembed_reason(st, processing)) is not None
+    }
 
 
 def apply_renames(states: dict[str, ItemState], forced: dict[str, str], renames: Mapping[str, str]) -> dict[str, str]:

@@ -6,7 +6,8 @@ the run that indexed it (:func:`processed_record`)::
     {"parser": {"name": "pdf", "version": "2.0", "engine": "auto"},
      "chunker": {"name": "token", "version": "1"},
      "embedding": {"model": "openai:...", "dimensions": 256},   # only when the source embeds
-     "options": "<hash of the parser/chunker/embedding options alone>"}
+     "options": "<hash of the parser/chunker/embedding options alone>",
+     "text_options": "<hash of the parser/chunker options alone>"}
 
 Planning compares it with what the registries hold now (:class:`Processing`,
 :func:`reprocess_reason`). The processing hash stored beside it (``SourceConfig.processing_hash``:
@@ -24,13 +25,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from include.config import SourceConfig
+from include.contract import options_hash
 from include.stores import ItemState
 from plugins.chunkers.registry import get_chunker
 from plugins.embedders.registry import provider_model_id
 from plugins.engine.records import ChunkOutcome, EmbedOutcome, ParseOutcome
 from plugins.parsers.registry import parser_versions
 
-__all__ = ["Processing", "current_processing", "processed_record", "processing_versions", "reprocess_reason"]
+__all__ = [
+    "Processing",
+    "current_processing",
+    "processed_record",
+    "processing_versions",
+    "reembed_reason",
+    "reprocess_reason",
+]
 
 
 def processing_versions(source: SourceConfig) -> dict[str, Any]:
@@ -53,6 +62,8 @@ class Processing:
     chunker: Mapping[str, str] = field(default_factory=dict)  # {name, version}
     embedding_model: str | None = None  # None: the source does not embed
     parsers: Mapping[str, str] = field(default_factory=dict)  # registered parser name -> version
+    text_options: str = ""  # the parser and chunker options alone: what the chunk texts depend on
+    embedding_dimensions: int | None = None
 
 
 def current_processing(source: SourceConfig) -> Processing:
@@ -64,7 +75,15 @@ def current_processing(source: SourceConfig) -> Processing:
         chunker={"name": chunker.name, "version": chunker.version},
         embedding_model=versions.get("embedding_model"),
         parsers=parser_versions(),
+        text_options=text_options_hash(source),
+        embedding_dimensions=versions.get("embedding_dimensions"),
     )
+
+
+def text_options_hash(source: SourceConfig) -> str:
+    """The hash of what the chunk texts depend on (parser and chunker options), without the
+    embedding: equal before and after a model change, so such an item is re-embedded only."""
+    return options_hash({"parser": source.parser, "chunker": source.chunker.model_dump()})
 
 
 def _chunker_change(old: Mapping[str, Any], now: Mapping[str, str]) -> str | None:
@@ -119,16 +138,39 @@ def reprocess_reason(st: ItemState, now: Processing) -> str | None:
     return "; ".join(changes) or "processing options or versions changed"
 
 
+def reembed_reason(st: ItemState, now: Processing) -> str | None:
+    """Why an indexed item needs new vectors only, or None: it is processed otherwise than now
+    only in its embedding (model, dimensions or embedding options), its chunk texts being what
+    this parser, chunker and their options make (same chunker, parser current, the recorded
+    ``text_options`` equal). Its indexed chunk texts are then embedded again: no fetch, no parse.
+    An item without ``text_options`` (recorded before them) is re-processed as before."""
+    record = st.processed_with or {}
+    if now.embedding_model is None or st.processing_hash == now.hash or not st.chunk_ids:
+        return None
+    text_options = record.get("text_options")
+    if not text_options or text_options != now.text_options or not record.get("chunker"):
+        return None
+    if _chunker_change(record["chunker"], now.chunker) or _parser_change(record.get("parser") or {}, now.parsers):
+        return None
+    embedding = record.get("embedding") or {}
+    model, dims = embedding.get("model"), embedding.get("dimensions")
+    if model != now.embedding_model:
+        return f"embedding model {model or 'none'} -> {now.embedding_model}"
+    if now.embedding_dimensions is not None and dims != now.embedding_dimensions:
+        return f"embedding dimensions {dims} -> {now.embedding_dimensions}"
+    return "embedding options changed"
+
+
 def processed_record(
-    parsed: ParseOutcome, chunked: ChunkOutcome, embedded: EmbedOutcome | None, options: str | None
+    parsed: ParseOutcome, chunked: ChunkOutcome, embedded: EmbedOutcome | None, options: Mapping[str, str | None]
 ) -> dict[str, Any]:
-    """``processed_with`` of an item this run indexed: what its outcomes say it went through."""
+    """``processed_with`` of an item this run indexed: what its outcomes say it went through
+    (``options``: the plan's ``options`` and ``text_options`` hashes)."""
     record: dict[str, Any] = {
         "parser": {"name": parsed.parser, "version": parsed.parser_version, "engine": parsed.parser_engine},
         "chunker": {"name": chunked.chunker, "version": chunked.chunker_version},
     }
     if embedded is not None:
         record["embedding"] = {"model": embedded.model, "dimensions": embedded.dimensions}
-    if options:
-        record["options"] = options
+    record.update({name: value for name, value in options.items() if value})
     return record

@@ -57,7 +57,7 @@ __all__ = [
 SCHEMA_VERSION = 2
 LEGACY_VERSION = 1  # the untyped dict manifests (no ``schema_version`` field)
 
-Stage = Literal["batch", "fetched", "parsed", "chunked", "embedded", "upserted"]
+Stage = Literal["batch", "fetched", "parsed", "chunked", "embedded", "upserted", "reembedded"]
 
 
 class ManifestError(ValueError):
@@ -192,7 +192,7 @@ class EmbedOutcome:
 
     model: str
     dimensions: int
-    file: StagedRef
+    file: StagedRef | None  # None: written straight to the index (a re-embedding, plugins.engine.reembed)
     computed: int
     reused: int
     reused_chunk_ids: list[str] = field(default_factory=list)
@@ -316,6 +316,7 @@ class RunPlan:
     complete: bool  # the connector listed the whole source (absent items may be deleted)
     processing_hash: str
     processing_options: str | None = None  # the options alone: recorded per item (plugins.engine.processed)
+    processing_text_options: str | None = None  # the parser and chunker options alone: likewise
     stats: dict[str, Any] = field(default_factory=dict)
     unchanged: list[ItemRecord] = field(default_factory=list)
     to_fetch: list[str] = field(default_factory=list)
@@ -328,6 +329,8 @@ class RunPlan:
     forced_reasons: dict[str, str] = field(default_factory=dict)  # forced key -> why
     renames: dict[str, str] = field(default_factory=dict)
     batches: list[str] = field(default_factory=list)
+    # unchanged items needing new vectors only (plugins.engine.reembed), forced_reason saying why
+    reembed: list[ItemRecord] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
 

@@ -29,6 +29,7 @@ from plugins.engine.manifests import next_manifest_path
 from plugins.engine.overlap import parse_chunk_pool, parse_then_chunk, pool_workers
 from plugins.engine.partitions import discover_run
 from plugins.engine.progress import Progress
+from plugins.engine.reembed_step import run_reembed
 from plugins.engine.steps import (
     CommitStep,
     ConnectorOpener,
@@ -80,6 +81,8 @@ def run_pipeline(
     try:
         plan = discover_run(ctx, store)  # one discover step, or a partitioned source's parallel crawl
         upserted = [] if plan.closed else _process_batches(ctx, store, plan.batches, embedder_factory)
+        if not plan.closed:  # unchanged items needing new vectors only (plugins.engine.reembed)
+            run_reembed(ctx, store, lambda: _open_index(source), embedder_factory)
         commit = CommitStep(ctx, lambda: _open_index(source), upserted, plan.plan).run(store)
         finish = FinishStep(ctx, commit.totals).run(store)
         return RunSummary(ctx.run_id, source.source_id, str(finish.totals.get("outcome", "success")), finish.totals)

@@ -23,7 +23,8 @@ from plugins.embedders.registry import provider_model_id
 from plugins.engine.search import search_index
 from plugins.tributary_airflow.dag_factory import build_dag
 from plugins.tributary_airflow.hooks.embedding import EmbeddingHook
-from plugins.tributary_airflow.operators.sync import ChunkOperator, EmbedOperator, UpsertOperator
+from plugins.tributary_airflow.operators.sync import ChunkOperator, EmbedOperator, ReembedOperator, UpsertOperator
+from tests.engine.test_embedding import HashEmbedder
 from tests.support import leakscan
 from tests.support.airflow import last_run, run_dag, write_sources
 
@@ -52,8 +53,10 @@ def test_a_bm25_only_dag_keeps_its_shape_exactly() -> None:
 def test_an_embedding_source_embeds_between_chunk_and_upsert_mapped_over_batches() -> None:
     source = SourceConfig(kind="web", name="site", options=WEB, embedding={"provider": "local"})
     edges = _edges(source)
-    assert set(edges) == {*PIPELINE, "embed"}
+    assert set(edges) == {*PIPELINE, "embed", "reembed"}
     assert edges["chunk"] == {"embed"} and edges["embed"] == {"upsert"}
+    # re-embedding unchanged items (another model): once per run, beside the batches, before commit
+    assert "reembed" in edges["discover"] and edges["reembed"] == {"commit"}
     dag = build_dag(source)
     chunk, embed, upsert = (dag.get_task(t) for t in ("chunk", "embed", "upsert"))
     assert (chunk.operator_class, embed.operator_class, upsert.operator_class) == (
@@ -63,6 +66,7 @@ def test_an_embedding_source_embeds_between_chunk_and_upsert_mapped_over_batches
     )
     # mapped like its neighbours: one task instance per batch, over chunk's manifests
     assert type(embed).__name__ == type(chunk).__name__ == "MappedOperator"
+    assert isinstance(dag.get_task("reembed"), ReembedOperator)
     assert set(embed.expand_input.value) == {"manifest"}
     assert "`chunk` → `embed` (local model" in dag.doc_md
 
@@ -162,6 +166,46 @@ def test_embedding_dag_run_embeds_once_then_only_what_an_edit_changed(
         assert index.get_chunk(hit["chunk_id"])["embedding_model"] == model
     finally:
         index.close()
+
+
+@pytest.mark.airflow
+def test_a_new_model_re_embeds_in_the_dag_without_fetching(
+    tributary_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Model A, then model B: the ``reembed`` task embeds the indexed chunk texts with B (the
+    counting embedder stands in for both models, through the hook), nothing is fetched."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(3):
+        (docs / f"d{n}.md").write_text(f"# Doc {n}\n\nDocument {n} is about the lock keeper's logbook.\n")
+    embedders: list[HashEmbedder] = []
+
+    def counting(hook: EmbeddingHook) -> HashEmbedder:
+        embedders.append(HashEmbedder(str(provider_model_id(hook.config))))
+        return embedders[-1]
+
+    monkeypatch.setattr(EmbeddingHook, "get_conn", counting)
+    monkeypatch.setenv("TRIBUTARY_TASK_RETRIES", "0")
+    entry = {"kind": "files", "name": "vec", "schedule": None, "options": {"root": str(docs)}, "batch_size": 2}
+    for model in (None, "cnmoro/portuguese-multilingual-e5-small"):
+        entry["embedding"] = {"provider": "local", "model": model}
+        monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "s.yaml", [entry])))
+        embedders.clear()
+        assert str(run_dag("sync_files_vec").state).endswith("success")
+    counts = last_run("files:vec")["counts"]
+    b = provider_model_id(SourceConfig(**entry).embedding)
+    assert (counts["fetched"], counts["chunked"], counts["reembedded"], counts["unchanged"]) == (0, 0, 3, 3)
+    assert counts["chunks_embedded"] == sum(e.embedded for e in embedders) == len(_chunk_ids_all()) > 0
+    assert {e.model_id for e in embedders} == {b} and list(counts["reprocessed"].values()) == [3]
+    index = open_index(SourceConfig(**entry).index)
+    try:
+        assert {index.get_chunk(c)["embedding_model"] for c in _chunk_ids_all()} == {b}  # type: ignore[index]
+    finally:
+        index.close()
+
+
+def _chunk_ids_all() -> set[str]:
+    return {c for n in range(3) for c in _chunk_ids(f"d{n}.md")}
 
 
 def _rows(run_id: str) -> list[dict]:

@@ -29,6 +29,18 @@ def store(tributary_home: Path) -> Iterator[StateStore]:
     st.close()
 
 
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """Five notes of twelve paragraphs each (the embedding tests' documents)."""
+    from tests.engine.test_embedding import _note  # the text lives beside the tests that edit it
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(5):
+        (root / f"note{i}.md").write_text(_note(i), encoding="utf-8")
+    return root
+
+
 def state(key: str, *, indexed: bool = True, **kw: object) -> ItemState:
     """An item's stored state; indexed ones have a version and one chunk."""
     doc = document_id(SID, key)

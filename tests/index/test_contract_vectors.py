@@ -8,6 +8,7 @@ import pytest
 
 from include.index.base import IndexBackend, SearchMode
 from include.index.fusion import fuse_hybrid, hybrid_depth
+from include.vectors import VectorSet
 from tests.index.helpers import make_write, unit, with_vectors
 
 SRC = "web:demo"
@@ -177,3 +178,18 @@ def test_a_document_whose_vectors_are_bad_fails_alone(backend: IndexBackend) -> 
     assert backend.get_chunk(old.chunks[0].chunk_id)["text"] == TEXTS[0]  # type: ignore[index]
     assert backend.count(doc_id=short.document.doc_id) == 0
     assert backend.vectors_for(MODEL, [good.chunks[0].text_hash]).keys() == {good.chunks[0].text_hash}
+
+
+def test_replace_vectors_gives_the_stored_chunks_new_vectors_in_place(backend: IndexBackend) -> None:
+    """A re-embedding: the same chunk ids and texts, the vectors of another model."""
+    w = with_vectors(make_write(SRC, "a.html", TEXTS), [E3, E1, E2])
+    backend.upsert([w])
+    ids = [c.chunk_id for c in w.chunks]
+    matrix = np.stack([unit(E1), unit(E3), unit(E2)])
+    assert backend.replace_vectors(SRC, {w.document.doc_id: VectorSet("other:model@2", 4, ids, matrix)}) == {}
+    assert backend.chunk_ids(source=SRC) == set(ids)
+    assert {backend.get_chunk(c)["embedding_model"] for c in ids} == {"other:model@2"}  # type: ignore[index]
+    assert backend.vectors_for(MODEL, [c.text_hash for c in w.chunks]) == {}
+    assert set(backend.vectors_for("other:model@2", [c.text_hash for c in w.chunks])) == {c.text_hash for c in w.chunks}
+    hits = backend.search("", k=1, mode="vector", query_vector=QUERY)
+    assert hits[0].chunk_id == ids[0] and hits[0].text == TEXTS[0]  # chunk 0 now holds E1

@@ -12,6 +12,7 @@ import pytest
 from include.index._es_mapping import VECTOR_FIELD
 from include.index.elasticsearch import ElasticsearchIndex
 from include.index.fusion import fuse_hybrid, hybrid_depth
+from include.vectors import VectorSet
 from tests.index.es_simulator import EsSimulator, es_simulator
 from tests.index.helpers import make_write, unit, with_vectors
 
@@ -107,3 +108,20 @@ def test_a_moved_chunk_is_updated_in_place_and_a_bm25_write_drops_the_vector(
     [res] = index.upsert([make_write(SRC, "a.html", edited, content_ids=True)])
     assert (res.ok, res.written, res.unchanged) == (True, 0, 4)
     assert all(VECTOR_FIELD not in d and "embedding_model" not in d for d in simulator.docs.values())
+
+
+def test_replace_vectors_updates_the_stored_chunks_in_place(sim: tuple[EsSimulator, ElasticsearchIndex]) -> None:
+    simulator, index = sim
+    w = with_vectors(make_write(SRC, "a.html", TEXTS), ROWS)
+    index.upsert([w])
+    ids = [c.chunk_id for c in w.chunks]
+    new = VectorSet("test:model@2", 4, ids, np.stack([unit(r) for r in reversed(ROWS)]))
+    wider = VectorSet("test:model@2", 8, ["x"], np.ones((1, 8), dtype=np.float32))
+    errors = index.replace_vectors(SRC, {w.document.doc_id: new, "other-doc": wider})
+    assert list(errors) == ["other-doc"] and "holds 4-dimension vectors, not 8" in errors["other-doc"]
+    # partial updates of the three chunks (nothing re-indexed), each with its new vector and model
+    updates = [(a, cid) for a, cid, _ in simulator.actions[-3:]]
+    assert updates == [("update", cid) for cid in ids]
+    assert [simulator.docs[c][VECTOR_FIELD] for c in ids] == list(reversed(ROWS))
+    assert {simulator.docs[c]["embedding_model"] for c in ids} == {"test:model@2"}
+    assert simulator.docs[ids[0]]["content_with_weight"] == TEXTS[0]  # the text stands

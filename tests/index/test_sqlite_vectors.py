@@ -58,6 +58,25 @@ def test_stale_and_rewritten_chunks_leave_no_vector_rows_behind(tmp_path: Path) 
     assert _vec_rows(index, 2) == 0 and index.vectors_for(MODEL, [text_hash("one")]) == {}
 
 
+def test_replaced_vectors_move_tables_and_a_document_with_a_missing_chunk_keeps_its_own(tmp_path: Path) -> None:
+    index = SqliteFtsIndex(tmp_path / "i.db")
+    a = with_vectors(make_write(SRC, "a.html", ["one", "two"]), [[1, 0], [0, 1]])
+    b = with_vectors(make_write(SRC, "b.html", ["three"]), [[1, 1]])
+    index.upsert([a, b])
+    wider = VectorSet("test:model@2", 3, [c.chunk_id for c in a.chunks], np.stack([unit([1, 0, 0]), unit([0, 1, 0])]))
+    ghost = VectorSet("test:model@2", 3, [b.chunks[0].chunk_id, "no-such-chunk"], np.stack([unit([1, 1, 0])] * 2))
+    errors = index.replace_vectors(SRC, {a.document.doc_id: wider, b.document.doc_id: ghost})
+    assert list(errors) == [b.document.doc_id] and "no-such-chunk is not in the index" in errors[b.document.doc_id]
+    # a's vectors moved to the 3-dimension table; b kept its own, in full (rolled back)
+    assert (_vec_rows(index, 2), _vec_rows(index, 3)) == (1, 2)
+    assert index.get_chunk(b.chunks[0].chunk_id)["embedding_model"] == MODEL  # type: ignore[index]
+    assert set(index.vectors_for("test:model@2", [text_hash("one"), text_hash("two")])) == {
+        text_hash("one"),
+        text_hash("two"),
+    }
+    assert index.chunk_ids(source=SRC) == {c.chunk_id for c in (*a.chunks, *b.chunks)}
+
+
 def test_a_moved_chunk_costs_an_update_of_its_sequence_only(tmp_path: Path) -> None:
     index = SqliteFtsIndex(tmp_path / "i.db")
     texts = ["alpha text", "beta text"]

@@ -25,6 +25,7 @@ from plugins.tributary_airflow.operators.sync import (
     EmbedOperator,
     FetchOperator,
     ParseOperator,
+    ReembedOperator,
     RunSummaryOperator,
     StartRunOperator,
     UpsertOperator,
@@ -124,7 +125,9 @@ def build_dag(source: SourceConfig) -> DAG:
     """discover -> fetch (mapped over batches) -> parse -> chunk [-> embed] -> upsert -> commit -> summary.
 
     ``embed`` (mapped over batches like its neighbours) only when the source's embedding is
-    enabled: a BM25-only source's DAG has no task that would do nothing. A partitioned source
+    enabled: a BM25-only source's DAG has no task that would do nothing. Such a source also has
+    ``discover -> reembed -> commit`` (:mod:`plugins.engine.reembed`: unchanged items needing
+    new vectors only, from their indexed chunk texts). A partitioned source
     begins ``start -> crawl`` (mapped over its partitions) ``-> discover`` (:func:`_discover_tasks`).
     """
     sid = source.source_id
@@ -141,6 +144,8 @@ def build_dag(source: SourceConfig) -> DAG:
         )
         upserted >> commit
         discover >> commit  # nothing to fetch: commit still runs (and closes the run)
+        if source.embedding.enabled:  # items needing new vectors only: beside the batches
+            discover >> ReembedOperator(task_id="reembed", source=sid) >> commit
         RunSummaryOperator(task_id="summary", source=sid, counts=commit.output, outlets=[index_asset(source)])
     return dag
 

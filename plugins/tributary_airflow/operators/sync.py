@@ -14,7 +14,8 @@ can be dropped into any DAG::
     upserted >> CommitStateOperator(task_id="commit", source="web:demo") >> RunSummaryOperator(...)
 
 ``embed`` is there only for a source with ``embedding`` enabled; without it ``upsert`` maps over
-``chunk``'s manifests. A partitioned source (a web source over several hosts) opens the run with
+``chunk``'s manifests. Such a source also has ``ReembedOperator`` (``discover >> reembed >>
+commit``): unchanged items needing new vectors only, re-embedded from their indexed chunk texts. A partitioned source (a web source over several hosts) opens the run with
 ``StartRunOperator``, crawls each partition in a mapped ``CrawlPartitionOperator`` and hands
 their staged discoveries to ``DiscoverOperator(partials=crawl.output)``, which merges and plans. ``source`` is a source id (``kind:name``), DAG id or name from the sources file.
 """
@@ -31,6 +32,7 @@ from airflow.sdk import Context
 from plugins.connectors.base import Connector
 from plugins.engine import RunContext, open_connector
 from plugins.engine.partitions import CrawlPartitionStep, PartitionResult, PlanPartitionsStep, StartStep
+from plugins.engine.reembed_step import ReembedStep
 from plugins.engine.steps import (
     ChunkStep,
     CommitStep,
@@ -57,6 +59,7 @@ __all__ = [
     "EmbedOperator",
     "FetchOperator",
     "ParseOperator",
+    "ReembedOperator",
     "RunFailedError",
     "RunSummaryOperator",
     "StartRunOperator",
@@ -176,6 +179,21 @@ class EmbedOperator(_ManifestOperator):
 
     def make_step(self, ctx: RunContext) -> ManifestStep:
         return EmbedStep(ctx, self.manifest, self.index_hook.get_conn, self.embedding_hook.get_conn)
+
+
+class ReembedOperator(StepOperator):
+    """Re-embed the run's unchanged items that need new vectors only (another model), from their
+    chunk texts in the index; once per run, beside the batches, before commit."""
+
+    @cached_property
+    def embedding_hook(self) -> EmbeddingHook:
+        return EmbeddingHook.for_source(self.source)
+
+    def make_step(self, ctx: RunContext) -> ReembedStep:
+        return ReembedStep(ctx, self.index_hook.get_conn, self.embedding_hook.get_conn)
+
+    def xcom_value(self, result: ManifestResult, context: Context) -> str:
+        return result.manifest
 
 
 class UpsertOperator(_ManifestOperator):
