@@ -15,7 +15,7 @@ from include.ratelimit import Rate
 from plugins.embedders._in_flight import Abandoned, Failures, run_bounded
 from plugins.embedders.base import EmbeddingError
 from plugins.embedders.openai import OpenAIEmbedder
-from plugins.engine.embed import _BatchVectors, _embed_group
+from plugins.engine.embed import BatchVectors, _embed_group
 from tests.embedders.simulator import EmbeddingSimulator, bag_of_words_vector
 
 MakeEmbedder = Callable[..., OpenAIEmbedder]
@@ -168,7 +168,7 @@ def test_a_bad_row_leaves_the_others_embedded_once(sim: EmbeddingSimulator, make
     # the engine's embed step keeps the good rows the error carries instead of sending them again
     sim.fault("nan", when="number 5 ", times=5)
     embedder = make_embedder(batch_size=2, max_in_flight=4, dimensions=1536)
-    found = _BatchVectors(1536, cached={})
+    found = BatchVectors(1536, cached={})
     hashes = [f"h{n}" for n in range(len(TEXTS))]
     assert _embed_group(embedder, hashes, TEXTS, found) == 16
     assert sum(len(r["body"]["input"]) for r in sim.requests) == 16  # nothing asked twice
