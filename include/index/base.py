@@ -247,13 +247,13 @@ class IndexBackend(abc.ABC):
         """Stored vectors of ``model`` by chunk text hash (the embedding cache: a chunk whose text
         is already in the index under the same model is not embedded again)."""
 
+    @abc.abstractmethod
     def replace_vectors(self, source: str, vectors: Mapping[str, VectorSet]) -> dict[str, str]:
         """Store new vectors for chunks the index holds (a re-embedding: chunk ids and texts
         stand), ``vectors`` by doc id. Returns doc id -> error for the documents not written (a
         chunk not in the index, a vector size the index cannot hold). SQLite writes each
         document whole or not at all; Elasticsearch may have written part of a failed one (its
         state keeps the old model, so the next run writes it again)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot replace vectors in place")
 
     @abc.abstractmethod
     def count(self, *, source: str | None = None, doc_id: str | None = None) -> int:

@@ -9,7 +9,7 @@ exactly what its first attempt did.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,15 +20,17 @@ from include.index import IndexBackend
 from include.stores import ItemState, RunItem, StateStore
 from plugins.engine.context import RunParams
 from plugins.engine.processed import processed_record
-from plugins.engine.records import BatchManifest, Deletion, ItemFailure, ItemRecord, RunPlan, Skip
+from plugins.engine.records import BatchManifest, Deletion, EmbedOutcome, ItemFailure, ItemRecord, RunPlan, Skip
 
 __all__ = [
     "CommitBook",
     "apply_deletions",
     "commit_unchanged",
     "commit_written",
+    "count_embedded",
     "dry_run_counts",
     "dry_run_lineage",
+    "embedding_lineage",
     "failure_state",
     "forced_reason",
     "judge_outcome",
@@ -160,18 +162,26 @@ def written_state(
     )
 
 
-def _embedding_lineage(item: ItemRecord) -> dict[str, Any]:
-    """The lineage fields of an embedded item: model, chunks computed / reused, truncations."""
-    embedded = item.embedded
-    if embedded is None or item.chunked is None:
+def embedding_lineage(embedded: EmbedOutcome | None, chunk_ids: Sequence[str]) -> dict[str, Any]:
+    """The lineage fields of an embedded item (``chunk_ids``: its chunks): model, chunks
+    computed / reused, truncations; none for an item that was not embedded."""
+    if embedded is None:
         return {}
     reused = set(embedded.reused_chunk_ids)
     return {
         "embedding_model": embedded.model,
-        "chunks_embedded": [c for c in item.chunked.chunk_ids if c not in reused],
+        "chunks_embedded": [c for c in chunk_ids if c not in reused],
         "chunks_vector_reused": list(embedded.reused_chunk_ids),
         "chunks_truncated": [{"chunk_id": t.chunk_id, "tokens": t.tokens, "kept": t.kept} for t in embedded.truncated],
     }
+
+
+def count_embedded(book: CommitBook, embedded: EmbedOutcome | None) -> None:
+    """Add an item's embedding counts (computed, reused from the cache, truncated) to the run's."""
+    if embedded is not None:
+        book.counts["chunks_embedded"] += embedded.computed
+        book.counts["chunks_vector_reused"] += embedded.reused
+        book.counts["chunks_truncated"] += len(embedded.truncated)
 
 
 FORCED_UNCHANGED = "forced re-processing: content and chunks unchanged"
@@ -222,7 +232,7 @@ def _written_lineage(item: ItemRecord, action: str, version: VersionEvidence) ->
         chunks_removed=list(upserted.chunks_removed),
         stage_ms=dict(item.stage_ms),
         warnings=item.warnings,  # the parser's (needs_ocr ...)
-        **_embedding_lineage(item),
+        **(embedding_lineage(item.embedded, item.chunked.chunk_ids) if item.chunked else {}),
     )
 
 
@@ -251,10 +261,7 @@ def commit_written(
         book.counts["chunks_written"] += upserted.written
         book.counts["chunks_unchanged"] += upserted.unchanged_chunks
         book.counts["chunks_deleted"] += upserted.deleted_chunks
-        if item.embedded is not None:
-            book.counts["chunks_embedded"] += item.embedded.computed
-            book.counts["chunks_vector_reused"] += item.embedded.reused
-            book.counts["chunks_truncated"] += len(item.embedded.truncated)
+        count_embedded(book, item.embedded)
 
 
 def failure_state(failure: ItemFailure, prior: ItemState | None, sid: str, run_id: str) -> tuple[ItemState, str]:

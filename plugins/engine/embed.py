@@ -41,6 +41,7 @@ __all__ = [
     "EmbedderFactory",
     "batch_vectors",
     "document_vectors",
+    "embed_outcome",
     "embed_stage",
     "open_source_embedder",
 ]
@@ -200,11 +201,17 @@ def _stage_vectors(
         return ItemFailure(item.item_key, "embed:too_many_chunks", str(exc), retryable=False, stage="embed")
     doc_id = item.chunked.doc_id if item.chunked else chunks[0].doc_id
     staged = staging.put_bytes(f"vectors/{doc_id}.tvec", data)
+    return embed_outcome(vectors, truncated, StagedRef.of(staged))
+
+
+def embed_outcome(vectors: VectorSet, truncated: list[TruncatedChunk], file: StagedRef | None) -> EmbedOutcome:
+    """A document's embedding outcome: its vectors' model, what was computed and what reused
+    (``file``: the staged vector file; None when the vectors went to the index directly)."""
     reused_ids = [cid for cid, r in zip(vectors.chunk_ids, vectors.reused, strict=True) if r]
     return EmbedOutcome(
         model=vectors.model,
         dimensions=vectors.dimensions,
-        file=StagedRef.of(staged),
+        file=file,
         computed=len(vectors.chunk_ids) - len(reused_ids),
         reused=len(reused_ids),
         reused_chunk_ids=reused_ids,

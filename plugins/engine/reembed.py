@@ -28,11 +28,11 @@ from include.contract import Chunk
 from include.index import IndexBackend
 from include.stores import ItemState, RunItem
 from include.vectors import VectorSet
-from plugins.engine.commit_rules import CommitBook, merge_observed_version
+from plugins.engine.commit_rules import CommitBook, count_embedded, embedding_lineage, merge_observed_version
 from plugins.engine.context import RunContext
-from plugins.engine.embed import EmbedderFactory, batch_vectors, document_vectors
+from plugins.engine.embed import EmbedderFactory, batch_vectors, document_vectors, embed_outcome
 from plugins.engine.manifests import read_plan, read_stage_manifest
-from plugins.engine.records import BatchManifest, EmbedOutcome, ItemFailure, ItemRecord, RunPlan, TruncatedChunk, encode
+from plugins.engine.records import BatchManifest, ItemFailure, ItemRecord, RunPlan, TruncatedChunk, encode
 
 __all__ = ["REEMBEDDED", "IndexFactory", "commit_reembedded", "reembed_stage", "reembedded_manifest"]
 
@@ -69,19 +69,6 @@ def _indexed_chunks(index: IndexBackend, item: ItemRecord) -> list[Chunk] | Item
             )
         )
     return chunks
-
-
-def _outcome(vectors: VectorSet, truncated: list[TruncatedChunk]) -> EmbedOutcome:
-    reused = [cid for cid, r in zip(vectors.chunk_ids, vectors.reused, strict=True) if r]
-    return EmbedOutcome(
-        model=vectors.model,
-        dimensions=vectors.dimensions,
-        file=None,  # written to the index, not staged
-        computed=len(vectors.chunk_ids) - len(reused),
-        reused=len(reused),
-        reused_chunk_ids=reused,
-        truncated=truncated,
-    )
 
 
 def _read_group(index_factory: IndexFactory, items: Sequence[ItemRecord], out: BatchManifest) -> list[Any]:
@@ -124,7 +111,7 @@ def _reembed_group(
         if doc_id in errors:
             out.failures.append(ItemFailure(item.item_key, "reembed:index_write", errors[doc_id], stage="upsert"))
         else:
-            out.items.append(dataclasses.replace(item, embedded=_outcome(vectors, truncated)))
+            out.items.append(dataclasses.replace(item, embedded=embed_outcome(vectors, truncated, None)))
 
 
 def reembed_stage(ctx: RunContext, index_factory: IndexFactory, embedder_factory: EmbedderFactory) -> str:
@@ -178,7 +165,6 @@ def commit_reembedded(
             continue
         embedded = item.embedded
         book.states.append(_reembedded_state(st, item, plan, run_id))
-        reused = set(embedded.reused_chunk_ids)
         book.lineage.append(
             RunItem(
                 item_key=item.item_key,
@@ -189,17 +175,10 @@ def commit_reembedded(
                 version_after=st.version.to_dict() if st.version else None,
                 content_hash=st.content_hash,
                 chunks_kept=list(st.chunk_ids),
-                embedding_model=embedded.model,
-                chunks_embedded=[c for c in st.chunk_ids if c not in reused],
-                chunks_vector_reused=list(embedded.reused_chunk_ids),
-                chunks_truncated=[
-                    {"chunk_id": t.chunk_id, "tokens": t.tokens, "kept": t.kept} for t in embedded.truncated
-                ],
+                **embedding_lineage(embedded, st.chunk_ids),
             )
         )
         book.counts["unchanged"] += 1
         book.counts["reembedded"] += 1
         book.reprocessed[item.forced_reason or "embedding changed"] += 1
-        book.counts["chunks_embedded"] += embedded.computed
-        book.counts["chunks_vector_reused"] += embedded.reused
-        book.counts["chunks_truncated"] += len(embedded.truncated)
+        count_embedded(book, embedded)
