@@ -42,6 +42,7 @@ __all__ = [
     "ChunkerConfig",
     "EmbeddingConfig",
     "EngineOptions",
+    "EventsConfig",
     "IndexConfig",
     "OptionsCheck",
     "SourceConfig",
@@ -204,6 +205,36 @@ class EmbeddingConfig(BaseModel):
         return self.provider != "none"
 
 
+class EventsConfig(BaseModel):
+    """A source's ``events:`` block: change events the source pushes (Feishu drive events, Yuque
+    webhooks) schedule its sync within a minute; the scheduled poll stays as the safety net.
+
+    ``mode``: ``off`` (the default: polling only, nothing received) or ``callback`` (the
+    receiver ``/tributary/events/<kind>/<name>`` in Airflow's API server takes them). The
+    secrets that authenticate a callback (Feishu's Encrypt Key and Verification Token, Yuque's
+    URL secret) live in the source's Airflow Connection, never here. ``debounce_seconds``: how
+    long the oldest stored event waits for others before they become one run.
+    ``lease_seconds``: how long a batch waits for a run to take it before its events are
+    released to the next batch. ``max_body_bytes``, ``max_skew_seconds`` (how far a callback's
+    timestamp may be from now) and ``max_per_minute`` (callbacks a minute, per source) bound what
+    a caller can make the receiver do. ``subscribe``: Feishu only; subscribe every indexed file
+    (and each configured folder) for its events through the API.
+    """
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+    mode: Literal["off", "callback"] = "off"
+    debounce_seconds: float = Field(default=30.0, ge=0, le=3600)
+    lease_seconds: float = Field(default=900.0, ge=10, le=86_400)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=16 * 1_048_576)
+    max_skew_seconds: int = Field(default=300, ge=10, le=86_400)
+    max_per_minute: int = Field(default=600, ge=1, le=100_000)
+    subscribe: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
 class IndexConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
     backend: str = "sqlite"
@@ -246,6 +277,7 @@ class SourceConfig(BaseModel):
     chunker: ChunkerConfig = Field(default_factory=ChunkerConfig)
     index: IndexConfig = Field(default_factory=IndexConfig)
     embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    events: EventsConfig = Field(default_factory=EventsConfig)
     batch_size: int = Field(default=50, ge=1)
     max_items: int | None = None
     # deletions: an item absent from this many complete listings in a row is deleted

@@ -17,7 +17,6 @@ between leaves the index ahead of this table, and the next sync writes the index
 from __future__ import annotations
 
 import datetime as dt
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,13 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from include.acl import AccessControl, Visibility
-from include.stores.state import (
-    _SCHEMA_LOCK_KEY,
-    StateStore,
-    _batched,
-    _sqlite_schema_lock,
-    _upsert_rows,
-)
+from include.stores.schema import create_side_tables
+from include.stores.state import StateStore, _batched, _upsert_rows
 
 __all__ = ["AccessStore", "StoredAccess"]
 
@@ -91,7 +85,6 @@ class GroupListingLike(Protocol):
 
 
 # engines whose access tables exist already (one create_all check per engine, not per store)
-_READY: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
 def _now() -> dt.datetime:
@@ -123,26 +116,6 @@ class StoredAccess:
         return self.previous if self.run_id == run_id else self.access
 
 
-def _create_tables(engine: Engine) -> None:
-    """Create the access tables under the state store's schema lock (see ``state._create_tables``)."""
-    if engine in _READY:
-        return
-    for attempt in range(3):
-        try:
-            if engine.dialect.name == "postgresql":
-                with engine.begin() as conn:
-                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
-                    _meta.create_all(conn)
-            else:
-                with _sqlite_schema_lock(engine.url.database), engine.begin() as conn:
-                    _meta.create_all(conn)
-            break
-        except sa.exc.DBAPIError:
-            if attempt == 2:
-                raise
-    _READY.add(engine)
-
-
 class AccessStore:
     """Stored permissions and group memberships; shares the state store's engine."""
 
@@ -152,7 +125,7 @@ class AccessStore:
             state = self._own = StateStore(state)
         self.state = state
         self.engine: Engine = state.engine
-        _create_tables(self.engine)
+        create_side_tables(self.engine, _meta)
 
     def close(self) -> None:
         """Closes the state store only when this store opened it (from a URL)."""

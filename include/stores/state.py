@@ -22,9 +22,7 @@ Everything written here is written by the *commit* stage, after the index write 
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from include.contract import VersionEvidence
+from include.stores.schema import create_tables
 
 __all__ = ["ItemState", "RunItem", "StateStore"]
 
@@ -194,68 +193,6 @@ class RunItem:
     access: dict[str, Any] | None = None  # the AccessChange of a run that read the item's permissions
 
 
-# Any constant both processes agree on: the key of PostgreSQL's advisory lock for schema changes.
-_SCHEMA_LOCK_KEY = 0x7472696275746172  # "tributar"
-
-
-def _create_tables(engine: Engine, attempts: int = 3) -> None:
-    """Create missing tables and columns, one process at a time.
-
-    ``create_all`` checks, then creates: the first tasks of several DAGs on a fresh database
-    (they start together) each see a table missing, and all but one fail with "already exists";
-    a retry alone is no cure (with three processes the next attempt loses on the next table,
-    seen in CI). So the check-and-create runs under a lock: PostgreSQL's transaction-scoped
-    advisory lock, with the DDL in the same transaction; for a SQLite file, an exclusive
-    ``flock`` on a file beside it. A process that takes no lock (an older release) can still
-    race us: then checking again finds its tables.
-    """
-    for attempt in range(attempts):
-        try:
-            _create_tables_locked(engine)
-            return
-        except sa.exc.DBAPIError:
-            if attempt == attempts - 1:
-                raise
-
-
-def _create_tables_locked(engine: Engine) -> None:
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
-            _meta.create_all(conn)
-            _add_missing_columns(conn)
-        return
-    with _sqlite_schema_lock(engine.url.database), engine.begin() as conn:
-        _meta.create_all(conn)
-        _add_missing_columns(conn)
-
-
-@contextmanager
-def _sqlite_schema_lock(database: str | None) -> Iterator[None]:
-    if not database or database == ":memory:" or database.startswith("file:"):
-        yield  # a private in-memory database (or a URI we do not parse): no other process shares it
-        return
-    with open(f"{database}.schema-lock", "a+b") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
-def _add_missing_columns(conn: sa.Connection) -> None:
-    """Add columns a newer version defines to tables an older one created (``create_all`` only
-    creates missing tables). Only nullable columns are added, so existing rows stay valid."""
-    inspector = sa.inspect(conn)
-    for table in _meta.sorted_tables:
-        present = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in present or not column.nullable:
-                continue
-            kind = column.type.compile(dialect=conn.dialect)
-            conn.execute(sa.text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
-
-
 class StateStore:
     """State and lineage for all sources. Thread-safe through SQLAlchemy's pool."""
 
@@ -266,7 +203,7 @@ class StateStore:
         self.engine: Engine = sa.create_engine(url, **kwargs)
         if url.startswith("sqlite"):
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        _create_tables(self.engine)
+        create_tables(self.engine, _meta, add_columns=True)
 
     def close(self) -> None:
         self.engine.dispose()
