@@ -135,12 +135,14 @@ def decrypt(encrypted: str, encrypt_key: str) -> bytes:
 
 
 def _json_object(data: bytes | str, error: type[Exception]) -> dict[str, Any]:
+    """``error`` when ``data`` is not JSON (a plaintext under a wrong key is noise); JSON that is
+    not an object is :class:`Malformed` either way."""
     try:
         value = json.loads(data)
     except (UnicodeDecodeError, ValueError):
         raise error("body is not JSON") from None
     if not isinstance(value, dict):
-        raise error("body is not a JSON object")
+        raise Malformed("body is not a JSON object")
     return value
 
 
