@@ -53,8 +53,11 @@ from include.event_refusals import (
     WrongSource,
 )
 from include.stores.events import EventHint, EventKind
+from plugins.connectors.base import CallbackSetup
+from plugins.connectors.feishu.connection import DEFAULT_CONN_ID
 
 __all__ = [
+    "CALLBACK_SETUP",
     "EVENT_KINDS",
     "IGNORED_TYPES",
     "FeishuCallback",
@@ -80,6 +83,13 @@ EVENT_KINDS: dict[str, EventKind] = {
 # known drive events that change nothing indexed: answered 200 (so they are not retried) and
 # counted, never stored
 IGNORED_TYPES = frozenset({"drive.file.read_v1", "drive.file.permission_member_applied_v1"})
+
+# what ``events-url`` tells an operator to set up (console: Events and callbacks)
+CALLBACK_SETUP = CallbackSetup(
+    default_conn_id=DEFAULT_CONN_ID,
+    secret_extras=("verification_token", "encrypt_key"),
+    event_types=tuple(EVENT_KINDS),
+)
 
 _BLOCK = 16
 _MAX_ID = 200  # the store's event_id column

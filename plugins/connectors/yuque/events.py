@@ -34,12 +34,21 @@ from typing import Any
 
 from include.event_refusals import BadSecret, Expired, Malformed, NotConfigured, UnknownEventType
 from include.stores.events import EventHint, EventKind
+from plugins.connectors.base import CallbackSetup
+from plugins.connectors.yuque.connection import DEFAULT_CONN_ID
 from plugins.connectors.yuque.versions import item_key
 
-__all__ = ["IGNORED_TYPES", "SUBJECT_KINDS", "YuqueWebhook", "check_secret", "read_webhook"]
+__all__ = ["CALLBACK_SETUP", "IGNORED_TYPES", "SUBJECT_KINDS", "YuqueWebhook", "check_secret", "read_webhook"]
 
 SUBJECT_KINDS: dict[str, EventKind] = {"publish": "changed", "update": "changed", "delete": "deleted"}
 IGNORED_TYPES = frozenset({"comment_create", "comment_update", "comment_reply_create"})
+# the webhook is set per knowledge base (its settings, developer / webhooks), with this URL
+CALLBACK_SETUP = CallbackSetup(
+    default_conn_id=DEFAULT_CONN_ID,
+    secret_extras=("webhook_secret",),
+    event_types=tuple(SUBJECT_KINDS),
+    url_secret_extra="webhook_secret",
+)
 _TIME_FIELDS = {"delete": ("deleted_at", "updated_at")}
 _DEFAULT_TIMES = ("updated_at", "content_updated_at", "published_at")
 

@@ -27,13 +27,11 @@ from include.event_refusals import EventRefused, RateLimited, TooLarge
 from include.ratelimit import LocalStore, Rate, RateLimiter
 from include.settings import get_settings
 from include.stores.events import EventHint, EventStore, RecordResult
-from plugins.connectors.base import validate_source_options
+from plugins.connectors.base import callback_setup, validate_source_options
 
 __all__ = ["Intake", "read_capped"]
 
 log = logging.getLogger("tributary.events")
-
-_CONN_DEFAULTS = {"feishu": "feishu_default", "yuque": "yuque_default"}
 
 
 def _configured_sources() -> list[SourceConfig]:
@@ -113,7 +111,8 @@ class Intake:
     async def extras(self, source: SourceConfig) -> dict[str, Any]:
         """The source's Connection extras ({} when there is no Connection), plus its ``login``
         as ``_login`` (Feishu's app id)."""
-        conn_id = source.conn_id or _CONN_DEFAULTS.get(source.kind, "")
+        setup = callback_setup(source.kind)
+        conn_id = source.conn_id or (setup.default_conn_id if setup else "")
         with self._lock:
             hit = conn_id in self._conn_cache
             record = self._conn_cache.get(conn_id)
