@@ -202,3 +202,12 @@ def test_refusals_carry_counter_names_and_statuses() -> None:
 
 def test_secrets_stay_out_of_repr() -> None:
     assert KEY not in repr(SECRETS) and TOKEN not in repr(SECRETS)
+
+
+def test_json_nested_past_the_parsers_depth_is_malformed_not_a_crash() -> None:
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(Malformed):
+        _read(deep, {}, PLAIN)
+    inner = json.dumps({"encrypt": encrypt(deep, KEY)}).encode()
+    with pytest.raises(BadEncryption):
+        _read(inner, sign(inner, KEY))

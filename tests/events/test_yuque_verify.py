@@ -68,3 +68,8 @@ def test_secret_compared_and_required() -> None:
             check_secret(YUQUE_SECRET, given)
     with pytest.raises(NotConfigured):
         check_secret("", "anything")
+
+
+def test_json_nested_past_the_parsers_depth_is_malformed() -> None:
+    with pytest.raises(Malformed):
+        _read(b'{"data": ' * 100_000 + b"1" + b"}" * 100_000)

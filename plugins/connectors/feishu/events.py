@@ -149,7 +149,7 @@ def _json_object(data: bytes | str, error: type[Exception]) -> dict[str, Any]:
     not an object is :class:`Malformed` either way."""
     try:
         value = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # [[[[... deeper than json can
         raise error("body is not JSON") from None
     if not isinstance(value, dict):
         raise Malformed("body is not a JSON object")

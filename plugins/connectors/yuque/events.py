@@ -103,7 +103,7 @@ def read_webhook(body: bytes, *, now: float, max_skew: float) -> YuqueWebhook:
     is a replay of an old delivery (refused ``expired``); a time in the future by more is too."""
     try:
         outer = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # [[[[... deeper than json can
         raise Malformed("body is not JSON") from None
     data = outer.get("data") if isinstance(outer, dict) else None
     if not isinstance(data, dict):
