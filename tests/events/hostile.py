@@ -8,6 +8,7 @@ and prints one JSON line; ``... serve <dir> <port>`` is that server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -66,10 +67,8 @@ def _stream_ten_mb(port: int, path: str, declared: bool) -> dict[str, Any]:
                 sent += len(piece)
             except (BrokenPipeError, ConnectionResetError, TimeoutError):
                 break
-            try:
+            with contextlib.suppress(TimeoutError, BlockingIOError):  # no answer yet: keep sending
                 answer = sock.recv(4096)
-            except (TimeoutError, BlockingIOError):
-                pass
         sock.settimeout(10)
         while not answer:
             chunk = sock.recv(4096)
