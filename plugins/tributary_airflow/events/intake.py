@@ -35,7 +35,12 @@ log = logging.getLogger("tributary.events")
 
 
 def _configured_sources() -> list[SourceConfig]:
-    return load_sources_report(get_settings().sources_file, validate_source_options)[0]
+    """The sources file's valid sources; none (every callback a 404) while it is unreadable."""
+    try:
+        return load_sources_report(get_settings().sources_file, validate_source_options)[0]
+    except Exception as exc:  # a missing or broken file must not turn callbacks into 500s with tracebacks
+        log.warning("events: sources file unreadable (%s)", type(exc).__name__)
+        return []
 
 
 async def read_capped(request: Request, limit: int) -> bytes:
@@ -151,5 +156,6 @@ class Intake:
 
     async def refused(self, source: SourceConfig, exc: EventRefused) -> None:
         """Count a refusal (``refused:<reason>``) and log it by source and reason only."""
-        log.info("events %s: refused %s", source.source_id, exc.reason)
+        # debug: a flood of forgeries must not flood the log too; the counters keep the numbers
+        log.debug("events %s: refused %s", source.source_id, exc.reason)
         await self.count(source, f"refused:{exc.reason}")
