@@ -145,9 +145,11 @@ def receiver(
     sources: Sequence[SourceConfig] | None = None,
     extras: dict[str, dict[str, Any]] | None = None,
     clock: float = NOW,
+    limiter: RateLimiter | None = None,
 ) -> Receiver:
     """The receiver app over a SQLite store in ``tmp``; default sources ``feishu:docs`` (key and
     token) and ``yuque:kb`` (URL secret), both ``events.mode: callback``."""
+    tmp.mkdir(parents=True, exist_ok=True)
     store = EventStore(f"sqlite:///{tmp / 'state.db'}")
     conns = (
         extras
@@ -168,7 +170,7 @@ def receiver(
     configured = list(sources) if sources is not None else default_sources()
     intake = Intake(
         store=store,
-        limiter=RateLimiter("events-test", store=FrozenClock()),
+        limiter=limiter or RateLimiter("events-test", store=FrozenClock()),
         sources=lambda: configured,
         connection=connection,
         clock=lambda: clock,

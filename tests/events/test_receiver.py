@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from include.config import SourceConfig
+from include.ratelimit import RateLimiter
 from tests.events.support import (
     KEY,
     NOW,
@@ -248,3 +249,16 @@ def test_ten_megabyte_body_is_refused_without_reading_it_all(tmp_path: Path) -> 
     status, pulled = _drive(r.app, "/yuque/kb", [(b"content-length", b"10")], ten_mb, chunk)
     assert status == 401 and pulled == 0  # the Yuque secret is checked before any byte is read
     assert r.store.stats("feishu:docs").refused == {"too_large": 2}
+
+
+@pytest.mark.redis
+def test_with_redis_two_api_server_workers_share_one_budget(tmp_path: Path, redis_url: str) -> None:
+    """Two receivers (two API-server workers) over one Redis: 5 a minute in all, not 5 each."""
+    workers = []
+    for n in range(2):
+        limiter = RateLimiter("events", redis_url=redis_url)
+        r = receiver(tmp_path / f"w{n}", sources=default_sources(max_per_minute=5), limiter=limiter)
+        assert r.intake.limiter.shared
+        workers.append(TestClient(r.app))
+    statuses = [_post_feishu(workers[i % 2], feishu_event(event_id=f"r-{i}")).status_code for i in range(8)]
+    assert statuses.count(200) == 5 and statuses.count(429) == 3
