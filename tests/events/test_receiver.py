@@ -117,7 +117,7 @@ def test_feishu_refusals_are_counted_and_say_one_word(tmp_path: Path, case: str,
     else:
         payload = {
             "bad_token": feishu_event(token="not-" + TOKEN),
-            "expired": feishu_event(create_time=NOW - 3600),
+            "expired": feishu_event(create_time=NOW + 3600),
             "unknown": feishu_event("im.message.receive_v1"),
             "other_app": feishu_event(app_id="cli_elsewhere"),
         }[case]

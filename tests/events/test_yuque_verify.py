@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import pytest
@@ -47,9 +48,14 @@ def test_comments_are_ignored_unknown_subjects_refused() -> None:
         _read(yuque_body("book_export"))
 
 
-def test_old_delivery_is_expired() -> None:
+def test_only_deliveries_older_than_the_id_memory_or_from_the_future_are_expired() -> None:
     with pytest.raises(Expired):
-        _read(yuque_body(updated_at="2026-09-21T13:00:00.000Z"))
+        _read(yuque_body(updated_at="2026-09-01T13:00:00.000Z"))
+    with pytest.raises(Expired):
+        _read(yuque_body(updated_at="2030-01-01T00:00:00.000Z"))
+    # an hour-old doc time (a redelivery after an outage) is taken; its derived id de-duplicates it
+    hour_ago = dt.datetime.fromtimestamp(NOW - 3600, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert _read(yuque_body(updated_at=hour_ago)).hint is not None
 
 
 @pytest.mark.parametrize(

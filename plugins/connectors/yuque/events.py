@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from include.event_refusals import BadSecret, Expired, Malformed, NotConfigured, UnknownEventType
-from include.stores.events import EventHint, EventKind
+from include.stores.events import EVENT_MEMORY, EventHint, EventKind
 from plugins.connectors.base import CallbackSetup
 from plugins.connectors.yuque.connection import DEFAULT_CONN_ID
 from plugins.connectors.yuque.versions import item_key
@@ -99,8 +99,11 @@ def _event_id(subject: str, book_id: int, doc_id: int, stamp: str | None, data: 
 
 
 def read_webhook(body: bytes, *, now: float, max_skew: float) -> YuqueWebhook:
-    """Read one webhook ``body`` whose URL secret was already checked; ``now`` in epoch seconds. A doc time older than ``max_skew``
-    is a replay of an old delivery (refused ``expired``); a time in the future by more is too."""
+    """Read one webhook ``body`` whose URL secret was already checked; ``now`` in epoch seconds. A doc time older than
+    the event store remembers ids (``EVENT_MEMORY``) could be a replay it would not recognise
+    (refused ``expired``), as is one ahead of now by more than ``max_skew``. A recent doc time
+    is not required: Yuque signs nothing and sends no delivery time, and a webhook redelivered
+    after an outage keeps the doc's time (the derived event id de-duplicates it)."""
     try:
         outer = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError):  # [[[[... deeper than json can
@@ -122,7 +125,9 @@ def read_webhook(body: bytes, *, now: float, max_skew: float) -> YuqueWebhook:
     if doc_id is None or book_id is None:
         raise Malformed("data.id or data.book_id missing")
     stamp, when = _time(data, subject)
-    if when is not None and abs(now - when.timestamp()) > max_skew:
-        raise Expired(f"the doc's time is {now - when.timestamp():+.0f}s from now (allowed ±{max_skew:g}s)")
+    if when is not None and when.timestamp() - now > max_skew:
+        raise Expired(f"the doc's time is {when.timestamp() - now:.0f}s in the future (allowed {max_skew:g}s)")
+    if when is not None and now - when.timestamp() > EVENT_MEMORY.total_seconds():
+        raise Expired(f"the doc's time is older than the {EVENT_MEMORY.days} days event ids are remembered")
     event_id = _event_id(subject, book_id, doc_id, stamp, data)
     return YuqueWebhook(hint=EventHint(event_id, item_key(book_id, doc_id), kind, f"yuque.{subject}", when))
