@@ -29,7 +29,14 @@ from include.stores import StateStore
 from include.stores.events import EventStore
 from plugins.engine.context import RunContext
 
-__all__ = ["apply_event_trigger", "consume_events", "event_trigger_of", "trigger_batch_ids"]
+__all__ = [
+    "apply_event_trigger",
+    "consume_events",
+    "event_trigger_of",
+    "events_text",
+    "trigger_batch_ids",
+    "trigger_text",
+]
 
 log = logging.getLogger("tributary")
 
@@ -100,3 +107,41 @@ def consume_events(ctx: RunContext, store: StateStore, counts: Mapping[str, Any]
     if not batch_ids or counts.get("outcome") == "failed" or ctx.params.dry_run:
         return 0
     return EventStore(store).consume(batch_ids, ctx.run_id)
+
+
+def trigger_text(params: Mapping[str, Any] | None, shown: int = 5) -> str | None:
+    """ "started by events: 3 events (ev-1, ev-2, ev-3), 2 items" for a run its events started
+    (its run-log params' ``trigger``), None for any other run."""
+    trigger = (params or {}).get("trigger")
+    if not isinstance(trigger, Mapping) or trigger.get("type") != "events":
+        return None
+    ids = [str(i) for i in trigger.get("event_ids") or []]
+    listed = ", ".join(ids[:shown]) + (f", … {len(ids) - shown} more" if len(ids) > shown else "")
+    kinds = trigger.get("kinds") or {}
+    said = f"started by events: {len(ids)} event{'s' if len(ids) != 1 else ''}"
+    said += f" ({listed})" if ids else ""
+    said += f", {trigger.get('items', 0)} item{'s' if trigger.get('items', 0) != 1 else ''}"
+    if kinds:
+        said += " — " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    if trigger.get("missing_batches"):
+        said += f"; {len(trigger['missing_batches'])} batch(es) no longer stored: listed in full"
+    return said
+
+
+def events_text(source_events: Mapping[str, Any]) -> str:
+    """A source's events line for ``cli sources`` (the source's ``events`` entry of ``--json``)."""
+    if source_events.get("mode", "off") == "off":
+        return "events off"
+    last = source_events.get("last_event_at")
+    parts = [
+        f"events {source_events['mode']}",
+        f"last {source_events.get('last_event_type')} at {last}" if last else "no event yet",
+        f"received {source_events.get('received', 0)}",
+        f"coalesced {source_events.get('coalesced', 0)}",
+        f"runs started {source_events.get('runs_started', 0)}",
+        f"duplicates {source_events.get('duplicates', 0)}",
+    ]
+    refused = source_events.get("refused") or {}
+    if refused:
+        parts.append("refused " + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    return "; ".join(parts)
