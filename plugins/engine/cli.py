@@ -95,7 +95,9 @@ def _emit(obj: Any, as_json: bool, text: str) -> None:
 def cmd_sources(args: argparse.Namespace) -> int:
     """Valid sources on stdout; each invalid one (no DAG is built for it) on stderr, exit 1."""
     sources, errors = load_sources_report(get_settings().sources_file, validate_source_options)
-    rows = [{"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources]
+    rows: list[dict[str, Any]] = [
+        {"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources
+    ]
     on = [s for s in sources if s.events.enabled]
     if on:  # the event store is read only when some source takes events (with none, nothing changes)
         stats = _query(lambda store: {s.source_id: EventStore(store).stats(s.source_id).to_dict() for s in on})
