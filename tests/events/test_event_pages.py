@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from include.config import SourceConfig
@@ -131,3 +132,12 @@ def test_the_cli_says_it_in_words_and_in_json(site: dict[str, Any], capsys: pyte
     assert main(["sources"]) == 0
     text = capsys.readouterr().out
     assert "events callback; last update at " in text and "refused bad_secret 2" in text and "events off" in text
+
+
+def test_the_json_api_carries_the_trigger(site: dict[str, Any]) -> None:
+    runs = httpx.get(f"{site['url']}/api/runs", params={"source": SOURCE}).json()
+    assert [r["run_id"] for r in runs] == ["by-events", "first"]
+    assert runs[0]["trigger"]["type"] == "events" and runs[0]["trigger"]["items"] == 1
+    assert runs[1]["trigger"] is None
+    one = httpx.get(f"{site['url']}/api/runs/by-events", params={"source": SOURCE}).json()
+    assert one["run"]["params"]["trigger"]["event_ids"] == ["ev-1", "ev-2"]
