@@ -100,10 +100,8 @@ def apply_event_trigger(ctx: RunContext, store: StateStore) -> None:
 def consume_events(ctx: RunContext, store: StateStore, counts: Mapping[str, Any]) -> int:
     """Mark the run's event batches consumed once its commit stands (see the module's doc).
     Returns how many batches this call marked."""
-    batch_ids = list((ctx.trigger or {}).get("batch_ids") or ctx.event_batches or [])
-    if not batch_ids:
-        run = store.get_run(ctx.run_id, ctx.source.source_id) or {}
-        batch_ids = list(((run.get("params") or {}).get("trigger") or {}).get("batch_ids") or [])
+    # every task of the run reads the same triggering asset events: commit's are discover's
+    batch_ids = list(ctx.event_batches)
     if not batch_ids or counts.get("outcome") == "failed" or ctx.params.dry_run:
         return 0
     return EventStore(store).consume(batch_ids, ctx.run_id)

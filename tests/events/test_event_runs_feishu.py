@@ -207,3 +207,20 @@ def test_a_permission_event_re_reads_that_document_only(
     run = _run(result.run_id, source)
     assert run["params"]["only_keys"] == [drive["docx"]] and run["params"]["trigger"]["batch_ids"] == [batch.batch_id]
     assert events.batches([batch.batch_id])[0].run_id == result.run_id
+
+
+def test_where_slides_are_synced_a_deletion_event_is_confirmed_by_a_walk(
+    sim: FeishuSimulator,  # noqa: F811
+    drive: dict[str, str],
+    events: EventStore,
+) -> None:
+    """A slides token fails every meta type as a deleted one does: only a walk tells them apart."""
+    source = _source(drive["root"])
+    source = source.model_copy(update={"options": {**source.options, "types": [*TYPES, "slides"]}})
+    run_pipeline(source)
+    sim.trash(drive["doc"])
+    events.record(source.source_id, [_hint(1, drive["doc"], "deleted", "drive.file.trashed_v1")])
+    before = sim.counters["list_requests"]
+    summary = run_pipeline(source, event_batches=[_claim(events, source).batch_id])
+    assert sim.counters["list_requests"] > before  # walked
+    assert summary.counts["deleted"] == 1 and _search(source, "部署步骤") == set()

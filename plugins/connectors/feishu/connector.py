@@ -223,8 +223,9 @@ class FeishuConnector(Connector):
             walk, deleted = named
         else:
             walk, deleted = self._walk(), []
-            missing = set(request.known) - set(walk.items)
-            if missing and not request.only_keys:
+            # a run naming items re-checks only the named indexed ones it missed (an event's deletion)
+            asked = request.stored & set(request.only_keys) if request.only_keys else set(request.known)
+            if missing := set(asked) - set(walk.items):
                 deleted = self._recheck_missing(walk, missing)
         changes: list[Change] = []
         counts = {"outside_window": 0, "deleted": len(deleted)}
