@@ -224,3 +224,19 @@ def test_where_slides_are_synced_a_deletion_event_is_confirmed_by_a_walk(
     summary = run_pipeline(source, event_batches=[_claim(events, source).batch_id])
     assert sim.counters["list_requests"] > before  # walked
     assert summary.counts["deleted"] == 1 and _search(source, "部署步骤") == set()
+
+
+def test_a_refused_meta_query_is_no_deletion(
+    sim: FeishuSimulator,  # noqa: F811
+    drive: dict[str, str],
+    events: EventStore,
+) -> None:
+    """A 403 (a missing scope, say) says nothing of the item: nothing is deleted on it."""
+    source = _source(drive["root"])
+    run_pipeline(source)
+    sim.trash(drive["doc"])
+    sim.api_errors["meta"] = [(403, 99991672)] * 20  # every meta query this run is refused
+    events.record(source.source_id, [_hint(1, drive["doc"], "deleted", "drive.file.trashed_v1")])
+    summary = run_pipeline(source, event_batches=[_claim(events, source).batch_id])
+    assert summary.counts["deleted"] == 0
+    assert _search(source, "部署步骤") == {document_id(source.source_id, drive["doc"])}
