@@ -275,10 +275,8 @@ class YuqueConnector(Connector):
         if request.max_items is not None:
             changes = changes[: request.max_items]
         changes.extend(unchanged)
-        # every indexed key, also those withheld from ``known`` (forced: named in only_keys, as an
-        # event's are): a tombstone of one of them is a deletion too
-        indexed = set(known) | {renames.get(k, k) for k in request.stored}
-        changes.extend(self._deletions(walk, indexed, all_keys))
+        # tombstones of every indexed doc, also those withheld from ``known`` (named in only_keys)
+        changes.extend(self._deletions(walk, set(known) | {renames.get(k, k) for k in request.stored}, all_keys))
         stats = {
             "repos": len(walk.repos),
             "docs_listed": sum(len(e.docs) for e in walk.repos),
