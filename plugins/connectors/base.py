@@ -118,6 +118,10 @@ class DiscoveryRequest:
     # (running counts: pages, fetched, bytes) -> None: where a long discovery says how far it got
     # (a terminal's progress line); None when nobody is watching
     progress: Callable[[Mapping[str, int]], None] | None = None
+    # (change) -> None: a change whose bytes are staged, handed over as soon as it is final while
+    # discovery goes on (the engine may parse it early; ``fetch`` of it must give the same
+    # document later). None: nobody wants them early
+    prepare: Callable[[Change], None] | None = None
 
 
 @dataclass(slots=True)

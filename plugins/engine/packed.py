@@ -47,6 +47,7 @@ __all__ = [
     "part_limit",
     "put_chunks",
     "put_parsed",
+    "staged_copy",
 ]
 
 PACKED_SUFFIX = ".msgpack"
@@ -63,6 +64,7 @@ _HEADER = bytes(_MAP32.size)
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=str)
 _PARSED = msgspec.msgpack.Decoder(dict[str, ParsedDocument])
 _CHUNKS = msgspec.msgpack.Decoder(dict[str, list[Chunk]])
+_ONE_PARSED = msgspec.msgpack.Decoder(ParsedDocument)
 # what decoding a hostile part raises besides DecodeError (deep nesting, huge numbers)
 _DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, OverflowError, ValueError, TypeError, MemoryError)
 
@@ -136,6 +138,12 @@ class PackedWriter:
         self._refs.update(dict.fromkeys(self._keys, ref))
         self._part = bytearray(_HEADER)
         self._keys = []
+
+
+def staged_copy(doc: ParsedDocument) -> ParsedDocument:
+    """``doc`` as the chunk stage reads it back from a part (the same msgpack round trip), for
+    chunking it ahead of the chunk stage with the very input that stage would have."""
+    return _ONE_PARSED.decode(_ENCODER.encode(doc))
 
 
 def put_parsed(staging: StagingArea, batch: int, docs: Mapping[str, ParsedDocument]) -> StagedFile:

@@ -12,11 +12,20 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.acl import ACL_UNKNOWN, AccessControl
 from include.config import SourceConfig
-from include.contract import Change, Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
+from include.contract import (
+    Change,
+    Chunk,
+    ParsedDocument,
+    ParseError,
+    ParseErrorCode,
+    RawDocument,
+    VersionEvidence,
+    document_id,
+)
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError
 from plugins.chunkers.registry import get_chunker
@@ -37,6 +46,9 @@ from plugins.engine.manifests import (
 from plugins.engine.packed import PackedReader, PackedWriter, UnstageableError
 from plugins.engine.records import BatchManifest, ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
+
+if TYPE_CHECKING:
+    from plugins.engine.early import EarlyWork
 
 __all__ = ["chunk_stage", "fetch_stage", "parse_stage", "read_batch_access", "upsert_stage"]
 
@@ -113,35 +125,42 @@ def _content_unchanged(item: ItemRecord, digest: str) -> bool:
     return not item.forced and prior is not None and prior.has_version and prior.content_hash == digest
 
 
-def parse_stage(fetched_path: str, source: SourceConfig) -> str:
+def parse_stage(fetched_path: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
     """Parse every fetched item; drop items whose extracted content did not change.
 
-    Each parsed document is encoded into the batch's current part as soon as it is parsed
+    ``early``: documents parsed while the crawl fetched (:mod:`plugins.engine.early`), taken
+    for exactly the bytes and fields loaded here. Each parsed document is encoded into the batch's current part as soon as it is parsed
     (:class:`~plugins.engine.packed.PackedWriter`), so the stage holds one part and about one
     document, not the batch; a document too large to stage fails alone."""
     manifest = read_stage_manifest(fetched_path)
     out = manifest.next("parsed")
     writer = PackedWriter(StagingArea.of(fetched_path), "parsed", out.batch)
     for item in manifest.items:
-        _parse_into(out, item, source, writer)
+        _parse_into(out, item, source, writer, early)
     _point_at_parts(out.items, "parsed", writer.close())
     return write_stage_manifest(fetched_path, out)
 
 
-def _parse_into(out: BatchManifest, item: ItemRecord, source: SourceConfig, writer: PackedWriter) -> None:
+def _parse_into(
+    out: BatchManifest, item: ItemRecord, source: SourceConfig, writer: PackedWriter, early: EarlyWork | None
+) -> None:
     """Parse one item into ``out``: its record (its document into ``writer``), an unchanged one,
     or its failure. A function of its own, so that its bytes and document go when it returns."""
     start = time.perf_counter()
     try:
-        raw = load_raw(item)
-        doc = parse_document(raw, source.parser)
+        prepared = early.parsed(item) if early is not None else None
+        if prepared is None:
+            raw = load_raw(item)
+            doc = parse_document(raw, source.parser)
+            digest = doc.content_hash()
+        else:  # parsed from the very bytes and fields the fetched manifest records
+            raw, (doc, digest) = _recorded_raw(item), prepared
     except StagingCorruptError as exc:
         out.failures.append(corrupt_failure(item.item_key, exc))
         return
     except ParseError as exc:
         out.failures.append(_parse_failure(item, exc))
         return
-    digest = doc.content_hash()
     outcome = ParseOutcome(
         content_hash=digest,
         parser=doc.parser,
@@ -159,6 +178,13 @@ def _parse_into(out: BatchManifest, item: ItemRecord, source: SourceConfig, writ
         out.failures.append(failure)
     else:
         out.items.append(_timed(item, "parse", start, parsed=outcome))
+
+
+def _recorded_raw(item: ItemRecord) -> RawDocument:
+    """``item``'s document as its fetched manifest records it, without its bytes (not needed)."""
+    assert item.raw is not None
+    r = item.raw
+    return RawDocument(item.item_key, b"", r.file_name, r.media_type, r.url, r.title, r.version, dict(r.metadata))
 
 
 def _stage_output(
@@ -191,7 +217,9 @@ def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig, reader: Pack
     return chunk_for_source(doc, doc_id, source)  # within the embedding model's input limit
 
 
-def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
+def chunk_stage(parsed_path: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
+    """Chunk every parsed item (``early``: the chunks of documents the parse stage took from
+    there, chunked from the same staged form under the same doc id)."""
     manifest = read_stage_manifest(parsed_path)
     out = manifest.next("chunked")
     reader = PackedReader()
@@ -201,7 +229,9 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
         doc_id = (item.prior.doc_id if item.prior else None) or document_id(source.source_id, item.item_key)
         try:
-            chunks = _chunks_of(item, doc_id, source, reader)
+            chunks = early.chunks(item.item_key, doc_id) if early is not None else None
+            if chunks is None:
+                chunks = _chunks_of(item, doc_id, source, reader)
         except StagingCorruptError as exc:
             out.failures.append(corrupt_failure(item.item_key, exc))
             continue

@@ -384,7 +384,7 @@ class ParseStep(ManifestStep):
     output = "parsed"
 
     def _execute(self, store: StateStore) -> ManifestResult:
-        return ManifestResult.of(parse_stage(self.manifest, self.ctx.source))
+        return ManifestResult.of(parse_stage(self.manifest, self.ctx.source, self.ctx.early))
 
 
 class ChunkStep(ManifestStep):
@@ -394,7 +394,7 @@ class ChunkStep(ManifestStep):
     output = "chunked"
 
     def _execute(self, store: StateStore) -> ManifestResult:
-        return ManifestResult.of(chunk_stage(self.manifest, self.ctx.source))
+        return ManifestResult.of(chunk_stage(self.manifest, self.ctx.source, self.ctx.early))
 
 
 class EmbedStep(ManifestStep):

@@ -189,6 +189,7 @@ class WebConnector(Connector):
                 spill=request.spill,
                 window=ModifiedWindow(request.window_start, request.window_end),
                 progress=request.progress,
+                prepare=request.prepare,
             )
             fetcher.delay_for = crawler.delay_for
             crawler.render = make_render_step(options, fetcher, crawler.robots, crawler._hop_refusal)
