@@ -23,7 +23,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
         super().setup()
         type(self).connections += 1
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/missing":
             body = b"<html>not here</html>"
             self.send_response(404)
