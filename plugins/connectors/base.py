@@ -170,6 +170,9 @@ class Connector(abc.ABC):
     # Keep fetched bytes in staging after a successful run unless the source config says otherwise
     # (connectors that *build* the bytes, like Yuque's lakesheet -> .xlsx, keep them for audit).
     retain_raw: ClassVar[bool] = False
+    # Hands staged changes to ``DiscoveryRequest.prepare`` during discovery (the engine then
+    # starts its parse workers before discovery; for a connector that never does, it does not)
+    prepares: ClassVar[bool] = False
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         self.source = source

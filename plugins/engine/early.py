@@ -41,7 +41,7 @@ from typing import Any
 from include.contract import Change, Chunk, ParsedDocument, ParseError, RawDocument, document_id
 from include.failpoints import failpoint
 from include.stores import StateStore
-from plugins.connectors.base import Connector
+from plugins.connectors.base import Connector, get_connector_class, source_partitions
 from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.context import RunContext, log
 from plugins.engine.discover import open_connector
@@ -221,7 +221,7 @@ def start_early(ctx: RunContext, store: StateStore) -> EarlyWork | None:
     (a dry run cuts no batches; a resumed run has its plan and crawls nothing)."""
     global _inherited
     workers = early_workers()
-    if not workers or ctx.params.dry_run or ctx.staging.has("discover.json"):
+    if not workers or ctx.params.dry_run or not _hands_pages_over(ctx) or ctx.staging.has("discover.json"):
         return None
     workdir = Path(tempfile.mkdtemp(prefix="tributary-early-"))  # mode 0700
     _inherited = (ctx, store)
@@ -235,6 +235,12 @@ def start_early(ctx: RunContext, store: StateStore) -> EarlyWork | None:
     finally:
         _inherited = None  # the workers have their copy
     return EarlyWork(pool, workdir)
+
+
+def _hands_pages_over(ctx: RunContext) -> bool:
+    """Will discovery hand staged pages over? Only a connector that does (the web's), in one
+    crawl: a partitioned source's crawls run in threads and are merged (nothing handed over)."""
+    return get_connector_class(ctx.source.kind).prepares and not source_partitions(ctx.source)
 
 
 def _worker_start() -> None:

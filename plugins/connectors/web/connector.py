@@ -72,6 +72,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class WebConnector(Connector):
     kind = "web"
     options_model = WebOptions
+    prepares = True  # each staged page, as the crawl stages it
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)
