@@ -14,7 +14,9 @@ each asking here first:
   otherwise, or when the worker failed or has not started on it, it parses itself;
 - the chunk step takes prepared chunks only for a document the parse step took from here, under
   the doc id it would chunk with; the worker chunked the document as the chunk stage reads it
-  back from staging (:func:`~plugins.engine.packed.staged_copy`).
+  back from staging (:func:`~plugins.engine.packed.decode_parsed`). Both outputs arrive encoded
+  as their stages encode them (:func:`~plugins.engine.packed.encode_value`): the steps copy the
+  bytes into their parts, and the parse step's record of the document is the worker's.
 
 The plan (deletions from a complete listing only), the batches, the manifests, the index writes
 and the state commits are therefore those of a serial run, with the same chunk ids and lineage.
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from include.contract import Change, Chunk, ParsedDocument, ParseError, RawDocument, document_id
+from include.contract import Change, ParseError, RawDocument, document_id
 from include.failpoints import failpoint
 from include.stores import StateStore
 from plugins.connectors.base import Connector, get_connector_class, source_partitions
@@ -46,8 +48,9 @@ from plugins.engine.chunk_budget import chunk_for_source
 from plugins.engine.context import RunContext, log
 from plugins.engine.discover import open_connector
 from plugins.engine.overlap import exit_with_parent
-from plugins.engine.packed import staged_copy
-from plugins.engine.records import ItemRecord, RawRef
+from plugins.engine.packed import UnstageableError, decode_parsed, encode_value
+from plugins.engine.process import chunk_outcome, parse_outcome
+from plugins.engine.records import ChunkOutcome, ItemRecord, ParseOutcome, RawRef
 from plugins.parsers.registry import parse_document
 
 __all__ = ["EarlyWork", "Prepared", "early_workers", "fingerprint", "start_early"]
@@ -95,8 +98,8 @@ def _recorded(item: ItemRecord) -> str | None:
 @dataclass(slots=True)
 class Prepared:
     """A worker's result for one page: what it parsed and the doc id it chunked under.
-    ``payload`` is the pickle of (ParsedDocument, list[Chunk] | None: chunking failed, its
-    content hash); once the
+    ``payload`` is the pickle of (the document's ParseOutcome, its encoding for the parsed part,
+    (ChunkOutcome, the chunks' encoding) or None when chunking failed); once the
     results held pass :data:`HELD_BYTES` it is in the file at ``spilled`` instead."""
 
     fingerprint: str
@@ -119,7 +122,7 @@ class EarlyWork:
     # of the pool's thread and the crawl's)
     jobs: dict[str, tuple[Future[Group], int]] = field(default_factory=dict)
     pending: list[Change] = field(default_factory=list)
-    taken: dict[str, tuple[str, list[Chunk] | None]] = field(default_factory=dict)
+    taken: dict[str, tuple[str, Any]] = field(default_factory=dict)  # key -> (doc id, chunked or None)
     stats: dict[str, int] = field(default_factory=lambda: {"submitted": 0, "parsed": 0, "chunked": 0, "missed": 0})
     held: int = 0  # payload bytes in memory
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -159,9 +162,9 @@ class EarlyWork:
                 path.write_bytes(prepared.payload)
                 prepared.spilled, prepared.payload = str(path), None
 
-    def parsed(self, item: ItemRecord) -> tuple[ParsedDocument, str] | None:
-        """The document (and its content hash) a worker parsed from exactly what ``item``
-        records; None: parse it here."""
+    def parsed(self, item: ItemRecord) -> tuple[ParseOutcome, bytes] | None:
+        """What a worker parsed from exactly what ``item`` records: the parse outcome of the
+        document alone and its encoding for the parsed part; None: parse it here."""
         self.flush()
         job, place = self.jobs.pop(item.item_key, (None, 0))
         if job is None:
@@ -173,10 +176,10 @@ class EarlyWork:
         if prepared is None or prepared.fingerprint != _recorded(item):
             self.stats["missed"] += 1
             return None
-        doc, chunks, digest = pickle.loads(self._payload(prepared))  # our own worker's (memory, 0700 directory)
-        self.taken[item.item_key] = (prepared.doc_id, chunks)
+        outcome, parsed, chunked = pickle.loads(self._payload(prepared))  # our own worker's (memory, 0700 directory)
+        self.taken[item.item_key] = (prepared.doc_id, chunked)
         self.stats["parsed"] += 1
-        return doc, digest
+        return outcome, parsed
 
     def _payload(self, prepared: Prepared) -> bytes:
         with self.lock:
@@ -190,13 +193,14 @@ class EarlyWork:
         path.unlink(missing_ok=True)
         return data
 
-    def chunks(self, item_key: str, doc_id: str) -> list[Chunk] | None:
-        """The chunks of the document :meth:`parsed` gave for ``item_key``, if chunked under ``doc_id``."""
-        doc_id_then, chunks = self.taken.pop(item_key, ("", None))
-        if chunks is None or doc_id_then != doc_id:
+    def chunks(self, item_key: str, doc_id: str) -> tuple[ChunkOutcome, bytes] | None:
+        """The chunk outcome and encoded chunks of the document :meth:`parsed` gave for
+        ``item_key``, if chunked under ``doc_id``."""
+        doc_id_then, chunked = self.taken.pop(item_key, ("", None))
+        if chunked is None or doc_id_then != doc_id:
             return None
         self.stats["chunked"] += 1
-        return chunks
+        return chunked  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.pending.clear()
@@ -254,7 +258,8 @@ def _prepare_all(changes: list[Change]) -> Group:
 
 
 def _prepare(change: Change) -> Prepared | None:
-    """In a worker: fetch (the staged bytes), parse and chunk one page."""
+    """In a worker: fetch (the staged bytes), parse and chunk one page, and encode both outputs
+    as their stages would (the parent only copies the bytes into its parts)."""
     global _connector
     assert _inherited is not None, "an early-parse worker started without the runner's context"
     ctx = _inherited[0]
@@ -264,14 +269,17 @@ def _prepare(change: Change) -> Prepared | None:
     raw = _connector.fetch(change)
     try:
         doc = parse_document(raw, source.parser)
-    except ParseError:
+        parsed = encode_value(doc)
+    except (ParseError, UnstageableError):
         return None  # the parse step meets the same error and records it
+    outcome = parse_outcome(doc, doc.content_hash())
     doc_id = document_id(source.source_id, change.item_key)
-    chunks: list[Chunk] | None
+    chunked: tuple[ChunkOutcome, bytes] | None
     try:
-        chunks = chunk_for_source(staged_copy(doc), doc_id, source)
+        chunks = chunk_for_source(decode_parsed(parsed), doc_id, source)  # the chunk stage's input
+        chunked = (chunk_outcome(chunks, doc_id, source), encode_value(chunks))
     except Exception:  # the chunk step meets it again and records it as that item's failure
-        chunks = None
+        chunked = None
     digest = fingerprint(raw.item_key, hashlib.sha256(raw.data).hexdigest(), len(raw.data), raw)
-    payload: tuple[Any, ...] = (doc, chunks, doc.content_hash())
+    payload: tuple[Any, ...] = (outcome, parsed, chunked)
     return Prepared(digest, doc_id, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))

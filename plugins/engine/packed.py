@@ -44,10 +44,11 @@ __all__ = [
     "PackedReader",
     "PackedWriter",
     "UnstageableError",
+    "decode_parsed",
+    "encode_value",
     "part_limit",
     "put_chunks",
     "put_parsed",
-    "staged_copy",
 ]
 
 PACKED_SUFFIX = ".msgpack"
@@ -110,6 +111,16 @@ class PackedWriter:
         except (RecursionError, OverflowError, TypeError, ValueError) as exc:
             self._scratch = bytearray()
             raise UnstageableError(f"{item_key!r}: {type(exc).__name__}: {exc}") from None
+        self._append(item_key)
+
+    def add_encoded(self, item_key: str, encoded: bytes) -> None:
+        """:meth:`add` of an output :func:`encode_value` encoded already (in another process):
+        the same bytes in the part, the same cap."""
+        _ENCODER.encode_into(item_key, self._scratch, 0)
+        self._scratch += encoded
+        self._append(item_key)
+
+    def _append(self, item_key: str) -> None:
         size = len(self._scratch)
         if self._cap is not None and size + len(_HEADER) > self._cap:
             self._scratch = bytearray()
@@ -140,10 +151,18 @@ class PackedWriter:
         self._keys = []
 
 
-def staged_copy(doc: ParsedDocument) -> ParsedDocument:
-    """``doc`` as the chunk stage reads it back from a part (the same msgpack round trip), for
-    chunking it ahead of the chunk stage with the very input that stage would have."""
-    return _ONE_PARSED.decode(_ENCODER.encode(doc))
+def encode_value(value: ParsedDocument | list[Chunk]) -> bytes:
+    """One item's output as :meth:`PackedWriter.add` encodes it (:class:`UnstageableError`)."""
+    try:
+        return _ENCODER.encode(value)
+    except (RecursionError, OverflowError, TypeError, ValueError) as exc:
+        raise UnstageableError(f"{type(exc).__name__}: {exc}") from None
+
+
+def decode_parsed(encoded: bytes) -> ParsedDocument:
+    """A document :func:`encode_value` encoded, as the chunk stage reads it back from a part (the
+    same msgpack round trip): chunking it ahead of that stage gives it the very same input."""
+    return _ONE_PARSED.decode(encoded)
 
 
 def put_parsed(staging: StagingArea, batch: int, docs: Mapping[str, ParsedDocument]) -> StagedFile:

@@ -22,7 +22,6 @@ from include.contract import (
     ParsedDocument,
     ParseError,
     ParseErrorCode,
-    RawDocument,
     VersionEvidence,
     document_id,
 )
@@ -50,7 +49,15 @@ from plugins.parsers.registry import parse_document
 if TYPE_CHECKING:
     from plugins.engine.early import EarlyWork
 
-__all__ = ["chunk_stage", "fetch_stage", "parse_stage", "read_batch_access", "upsert_stage"]
+__all__ = [
+    "chunk_outcome",
+    "chunk_stage",
+    "fetch_stage",
+    "parse_outcome",
+    "parse_stage",
+    "read_batch_access",
+    "upsert_stage",
+]
 
 log = logging.getLogger("tributary")
 
@@ -147,44 +154,54 @@ def _parse_into(
     """Parse one item into ``out``: its record (its document into ``writer``), an unchanged one,
     or its failure. A function of its own, so that its bytes and document go when it returns."""
     start = time.perf_counter()
-    try:
-        prepared = early.parsed(item) if early is not None else None
-        if prepared is None:
+    stage: Callable[[], ItemFailure | None]  # stages the document into the part
+    taken = early.parsed(item) if early is not None else None
+    if taken is not None:  # parsed from the very bytes and fields the fetched manifest records
+        assert item.raw is not None
+        outcome, encoded = _with_fetch_facts(taken[0], item, item.raw.metadata), taken[1]
+        stage = lambda: _stage_encoded(writer, item.item_key, encoded, "parse")  # noqa: E731
+    else:
+        try:
             raw = load_raw(item)
             doc = parse_document(raw, source.parser)
-            digest = doc.content_hash()
-        else:  # parsed from the very bytes and fields the fetched manifest records
-            raw, (doc, digest) = _recorded_raw(item), prepared
-    except StagingCorruptError as exc:
-        out.failures.append(corrupt_failure(item.item_key, exc))
-        return
-    except ParseError as exc:
-        out.failures.append(_parse_failure(item, exc))
-        return
-    outcome = ParseOutcome(
+        except StagingCorruptError as exc:
+            out.failures.append(corrupt_failure(item.item_key, exc))
+            return
+        except ParseError as exc:
+            out.failures.append(_parse_failure(item, exc))
+            return
+        outcome = _with_fetch_facts(parse_outcome(doc, doc.content_hash()), item, raw.metadata)
+        del raw  # its bytes are not needed while the document is encoded
+        stage = lambda: _stage_output(writer, item.item_key, doc, "parse")  # noqa: E731
+    if _content_unchanged(item, outcome.content_hash):
+        out.unchanged.append(_timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged"))
+    elif (failure := stage()) is not None:
+        out.failures.append(failure)
+    else:
+        out.items.append(_timed(item, "parse", start, parsed=outcome))
+
+
+def parse_outcome(doc: ParsedDocument, digest: str) -> ParseOutcome:
+    """What parsing records of ``doc`` itself (``digest``: its content hash); the item's title
+    and the fetch's facts are added by :func:`_with_fetch_facts`."""
+    return ParseOutcome(
         content_hash=digest,
         parser=doc.parser,
         parser_version=doc.parser_version,
         parser_engine=doc.engine,
         blocks=len(doc.blocks),
         chars=sum(len(b.text) for b in doc.blocks),
-        title=doc.title or (item.raw.title if item.raw else None),
-        warnings=parser_warnings(doc.metadata) | _fetch_facts(raw.metadata),  # needs_ocr, rendered ...
+        title=doc.title,
+        warnings=parser_warnings(doc.metadata),  # needs_ocr ...
     )
-    del raw  # its bytes are not needed while the document is encoded
-    if _content_unchanged(item, digest):
-        out.unchanged.append(_timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged"))
-    elif (failure := _stage_output(writer, item.item_key, doc, "parse")) is not None:
-        out.failures.append(failure)
-    else:
-        out.items.append(_timed(item, "parse", start, parsed=outcome))
 
 
-def _recorded_raw(item: ItemRecord) -> RawDocument:
-    """``item``'s document as its fetched manifest records it, without its bytes (not needed)."""
-    assert item.raw is not None
-    r = item.raw
-    return RawDocument(item.item_key, b"", r.file_name, r.media_type, r.url, r.title, r.version, dict(r.metadata))
+def _with_fetch_facts(outcome: ParseOutcome, item: ItemRecord, raw_metadata: dict[str, Any]) -> ParseOutcome:
+    return dataclasses.replace(
+        outcome,
+        title=outcome.title or (item.raw.title if item.raw else None),
+        warnings=outcome.warnings | _fetch_facts(raw_metadata),  # rendered ...
+    )
 
 
 def _stage_output(
@@ -195,6 +212,15 @@ def _stage_output(
     try:
         writer.add(item_key, value)
     except (StagingTooLargeError, UnstageableError) as exc:
+        return ItemFailure(item_key, exc.reason, str(exc), False, stage)
+    return None
+
+
+def _stage_encoded(writer: PackedWriter, item_key: str, encoded: bytes, stage: str) -> ItemFailure | None:
+    """:func:`_stage_output` of an output encoded already (a worker's, ``plugins.engine.early``)."""
+    try:
+        writer.add_encoded(item_key, encoded)
+    except StagingTooLargeError as exc:
         return ItemFailure(item_key, exc.reason, str(exc), False, stage)
     return None
 
@@ -228,36 +254,45 @@ def chunk_stage(parsed_path: str, source: SourceConfig, early: EarlyWork | None 
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
         doc_id = (item.prior.doc_id if item.prior else None) or document_id(source.source_id, item.item_key)
-        try:
-            chunks = early.chunks(item.item_key, doc_id) if early is not None else None
-            if chunks is None:
+        taken = early.chunks(item.item_key, doc_id) if early is not None else None
+        if taken is not None:  # chunked by a worker from this very document, under this doc id
+            outcome, encoded = taken
+            failure = _stage_encoded(writer, item.item_key, encoded, "chunk")
+        else:
+            try:
                 chunks = _chunks_of(item, doc_id, source, reader)
-        except StagingCorruptError as exc:
-            out.failures.append(corrupt_failure(item.item_key, exc))
-            continue
-        except Exception as exc:  # a chunker failure is this document's, not the batch's
-            out.failures.append(
-                ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
-            )
-            continue
-        if (failure := _stage_output(writer, item.item_key, chunks, "chunk")) is not None:
+            except StagingCorruptError as exc:
+                out.failures.append(corrupt_failure(item.item_key, exc))
+                continue
+            except Exception as exc:  # a chunker failure is this document's, not the batch's
+                out.failures.append(
+                    ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
+                )
+                continue
+            failure = _stage_output(writer, item.item_key, chunks, "chunk")
+            outcome = chunk_outcome(chunks, doc_id, source)
+        if failure is not None:
             out.failures.append(failure)
             continue
-        meta = chunks[0].metadata if chunks else {}
-        outcome = ChunkOutcome(
-            doc_id=doc_id,
-            file=_UNSTAGED,  # the part holding its chunks, once that is written
-            chunk_ids=[c.chunk_id for c in chunks],
-            chunker=str(meta.get("chunker", source.chunker.name)),
-            chunker_options_hash=meta.get("chunker_options_hash"),
-            chunker_version=str(meta.get("chunker_version") or get_chunker(source.chunker.name).version),
-        )
         out.items.append(_timed(item, "chunk", start, chunked=outcome))
     _point_at_parts(out.items, "chunked", writer.close())
     return write_stage_manifest(parsed_path, out)
 
 
 _UNSTAGED = StagedRef("", 0, "")
+
+
+def chunk_outcome(chunks: list[Chunk], doc_id: str, source: SourceConfig) -> ChunkOutcome:
+    """What chunking records of ``chunks`` (its ``file``: the part holding them, once written)."""
+    meta = chunks[0].metadata if chunks else {}
+    return ChunkOutcome(
+        doc_id=doc_id,
+        file=_UNSTAGED,
+        chunk_ids=[c.chunk_id for c in chunks],
+        chunker=str(meta.get("chunker", source.chunker.name)),
+        chunker_options_hash=meta.get("chunker_options_hash"),
+        chunker_version=str(meta.get("chunker_version") or get_chunker(source.chunker.name).version),
+    )
 
 
 # ----------------------------------------------------------------------------------- upsert
