@@ -75,7 +75,7 @@ def early_workers() -> int:
     wanted = os.environ.get("TRIBUTARY_PARSE_WORKERS")
     if wanted is not None and wanted.strip():
         return max(0, min(int(wanted), MAX_WORKERS))
-    return min(MAX_WORKERS, cores)
+    return min(MAX_WORKERS, cores - 1)
 
 
 def fingerprint(item_key: str, sha256: str, size: int, fields: RawRef | RawDocument) -> str:

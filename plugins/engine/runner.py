@@ -51,6 +51,9 @@ class RunSummary:
     status: str
     counts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # documents the parse step took from workers that parsed them while the crawl fetched
+    # (plugins.engine.early); None: no such workers in this run. Not a count of the run's log
+    parsed_during_crawl: int | None = None
 
 
 def run_pipeline(
@@ -89,10 +92,10 @@ def run_pipeline(
             run_reembed(ctx, store, lambda: _open_index(source), embedder_factory)
         commit = CommitStep(ctx, lambda: _open_index(source), upserted, plan.plan).run(store)
         finish = FinishStep(ctx, commit.totals).run(store)
-        counts = dict(finish.totals)
+        summary = RunSummary(ctx.run_id, source.source_id, str(finish.totals.get("outcome", "success")), finish.totals)
         if ctx.early is not None:  # how much of the parsing the crawl's time covered
-            counts["parsed_during_crawl"] = ctx.early.stats["parsed"]
-        return RunSummary(ctx.run_id, source.source_id, str(counts.get("outcome", "success")), counts)
+            summary.parsed_during_crawl = ctx.early.stats["parsed"]
+        return summary
     except Exception as exc:
         abort_run(ctx, store, f"{type(exc).__name__}: {exc}")
         raise
