@@ -20,7 +20,7 @@ each asking here first:
 
 The plan (deletions from a complete listing only), the batches, the manifests, the index writes
 and the state commits are therefore those of a serial run, with the same chunk ids and lineage.
-A crash during the crawl leaves only the temporary directory, which no run reads; the workers
+A crash during the crawl leaves at most that directory (made only past the bound), which no run reads; the workers
 leave with their parent. The Airflow DAG never sets this up (its discover task plans, mapped
 tasks parse): only :func:`plugins.engine.runner.run_pipeline` does.
 """
@@ -117,7 +117,7 @@ class EarlyWork:
     :meth:`parsed` and :meth:`chunks` from the parse and chunk steps."""
 
     pool: ProcessPoolExecutor
-    workdir: Path
+    workdir: Path | None = None  # made at the first spill (mode 0700): most runs never need it
     # item key -> its group's task and its place in it (a task per GROUP pages: fewer wake-ups
     # of the pool's thread and the crawl's)
     jobs: dict[str, tuple[Future[Group], int]] = field(default_factory=dict)
@@ -158,6 +158,8 @@ class EarlyWork:
                 if self.held + len(prepared.payload) <= HELD_BYTES:
                     self.held += len(prepared.payload)
                     continue
+                if self.workdir is None:
+                    self.workdir = Path(tempfile.mkdtemp(prefix="tributary-early-"))
                 path = self.workdir / f"{prepared.fingerprint}.pickle"
                 path.write_bytes(prepared.payload)
                 prepared.spilled, prepared.payload = str(path), None
@@ -208,7 +210,8 @@ class EarlyWork:
             job.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.jobs.clear()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         log.info("%s", "parsed during the crawl: " + ", ".join(f"{k} {v}" for k, v in self.stats.items()))
 
 
@@ -227,18 +230,16 @@ def start_early(ctx: RunContext, store: StateStore) -> EarlyWork | None:
     workers = early_workers()
     if not workers or ctx.params.dry_run or not _hands_pages_over(ctx) or ctx.staging.has("discover.json"):
         return None
-    workdir = Path(tempfile.mkdtemp(prefix="tributary-early-"))  # mode 0700
     _inherited = (ctx, store)
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
     try:
         pool.submit(os.getpid).result()  # with fork every worker starts at the first submit: now
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
-        shutil.rmtree(workdir, ignore_errors=True)
         raise
     finally:
         _inherited = None  # the workers have their copy
-    return EarlyWork(pool, workdir)
+    return EarlyWork(pool)
 
 
 def _hands_pages_over(ctx: RunContext) -> bool:

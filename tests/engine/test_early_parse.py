@@ -21,7 +21,7 @@ import pytest
 from include.config import SourceConfig
 from include.index import open_index
 from include.stores import open_state_store
-from plugins.engine import run_pipeline
+from plugins.engine import early, run_pipeline
 from plugins.engine.early import early_workers
 from tests.conftest import ROOT
 
@@ -128,3 +128,29 @@ def test_deletions_still_come_only_from_a_complete_listing(
     assert complete.counts["deleted"] == 1, complete.counts
     assert f"{url}faq.html" not in {k for k, s in store.items(src.source_id).items() if s.indexed}
     store.close()
+
+
+def test_results_past_the_memory_bound_wait_in_files_and_index_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_site: tuple[Path, str]
+) -> None:
+    _, url = demo_site
+    spilled: list[Path] = []
+    real_hold = early.EarlyWork._hold
+
+    def hold(self: early.EarlyWork, job: Any) -> None:
+        real_hold(self, job)
+        if self.workdir is not None:
+            spilled.extend(self.workdir.iterdir())
+
+    monkeypatch.setattr(early, "HELD_BYTES", 0)  # every result goes to a file
+    monkeypatch.setattr(early.EarlyWork, "_hold", hold)
+    kept = {}
+    for workers in ("0", "1"):
+        monkeypatch.setenv("TRIBUTARY_HOME", str(tmp_path / f"home-{workers}"))
+        monkeypatch.setenv("TRIBUTARY_PARSE_WORKERS", workers)
+        summary = run_pipeline(_source(url))
+        assert summary.status == "success", summary.counts
+        kept[workers] = _kept(_source(url), summary.run_id)
+    assert summary.parsed_during_crawl == summary.counts["new"] >= 5
+    assert spilled and not any(p.exists() for p in spilled)  # spilled, taken, removed with the run
+    assert kept["0"] == kept["1"]
