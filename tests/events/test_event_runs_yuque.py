@@ -269,3 +269,31 @@ def test_a_named_run_leaves_what_a_full_run_leaves(space: tuple[Any, dict[str, A
         assert _search(source, "samedelta") == {document_id(source.source_id, _key(simulator, docs["guide"]))}
         assert _search(source, "机房检修") == set()
         assert _key(simulator, docs["notice"]) not in open_state_store().items(source.source_id)
+
+
+def test_a_lakesheet_or_a_repo_outside_the_namespaces_is_left_to_the_walk(space: tuple[Any, dict[str, Any]]) -> None:
+    simulator, docs = space
+    kb = next(r for r in simulator.repos.values() if docs["guide"].id in r.docs)
+    sheet = simulator.add_doc(
+        kb, "预算表", format="lakesheet", sheets=[{"name": "2026", "index": 0, "data": {"0": {"0": {"v": "服务器"}}}}]
+    )
+    source = _source(namespaces=["alice/kb"])
+    run_pipeline(source)
+    simulator.edit_doc(docs["guide"], body="# 入职指南\n\nnsdelta")
+    start = len(simulator.requests)
+    assert (
+        _event_run(source, [EventHint("g", _key(simulator, docs["guide"]), "changed", "update")]).counts["changed"] == 1
+    )
+    assert _listings(_paths(simulator, start)) == 0  # a configured namespace: read by its details
+
+    start = len(simulator.requests)
+    summary = _event_run(source, [EventHint("s", _key(simulator, sheet), "changed", "update")])
+    assert _listings(_paths(simulator, start)) > 0  # the sheet, unedited, is re-read from the walk
+    assert summary.counts["unchanged"] + summary.counts["changed"] == 1
+
+    simulator.rename_repo(kb, "kb-2026")  # its namespace is no longer the configured one
+    start = len(simulator.requests)
+    summary = _event_run(source, [EventHint("r", _key(simulator, docs["faq"]), "deleted", "delete")])
+    assert simulator.counters["repos"] == 0 and _paths(simulator, start)["repos/{ns}"] == 1  # walked: 404
+    assert summary.counts["deleted"] == 0 and summary.counts["changed"] == 0
+    assert _search(source, "报销") == {document_id(source.source_id, _key(simulator, docs["faq"]))}

@@ -28,6 +28,9 @@ renamed to it through ``Discovery.renames``, keeping doc and chunk ids); version
 :mod:`.versions`. Discovery never downloads a body: an unchanged space costs, per repo, one
 incremental listing page, one tombstone listing and one TOC.
 
+A run limited to indexed docs (``only_keys``: change events) reads their details instead of
+listing repos (:mod:`.named`), falling back to the walk whenever a detail leaves anything open.
+
 The token comes from the Connection ``conn_id`` (default ``yuque_default``), read through
 ``include.connections`` when the first request needs a client (:mod:`.connection`).
 """
