@@ -217,7 +217,10 @@ class CommitStateOperator(StepOperator):
         self.plan = plan
 
     def make_step(self, ctx: RunContext) -> CommitStep:
-        manifests = [str(m) for m in (self.manifests or ()) if m]
+        # the batch lane is a mapped task group: from outside it, its upserts' refs arrive as a
+        # list, except for a run of one batch, whose one ref Airflow hands over bare
+        refs = [self.manifests] if isinstance(self.manifests, str) else (self.manifests or ())
+        manifests = [str(m) for m in refs if m]
         return CommitStep(ctx, self.index_hook.get_conn, manifests, str(self.plan) if self.plan else None)
 
     def xcom_value(self, result: CountsResult, context: Context) -> dict[str, Any]:
