@@ -76,6 +76,9 @@ def cluster_env(*, home: Path, meta_url: str, state_url: str, port: int, sources
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta_url}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(concurrency),
         **worker_settings(),
+        # no more task instances of one DAG queued than the workers have slots (README, "Distributed
+        # deployment"): the scheduler's priorities, not the broker's queue order, pick what runs next
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(len(WORKERS) * concurrency),
         "PYTHONPATH": str(ROOT),
         "TRIBUTARY_HOME": str(home / "tributary"),
         "TRIBUTARY_STATE_URL": state_url,

@@ -55,6 +55,8 @@ def test_factory_builds_one_dag_per_source_with_the_pipeline(tmp_path: Path, mon
     lane = {t: dag.get_task(t).get_closest_mapped_task_group() for t in ("fetch", "parse", "chunk", "upsert")}
     assert {g.group_id for g in lane.values() if g is not None} == {"batch"} and None not in lane.values()
     assert dag.get_task("parse").upstream_task_ids == {"fetch"}
+    # later stages first: a ready parse is queued before another batch's ready fetch
+    assert {dag.get_task(t).weight_rule for t in lane} == {"upstream"}
     assert dag.get_task("commit").get_closest_mapped_task_group() is None
     assert "tributary" in dag.tags and dag.doc_md
     assert dag.default_args["retries"] >= 0 and dag.default_args["retry_exponential_backoff"]

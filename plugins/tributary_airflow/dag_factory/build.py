@@ -122,7 +122,7 @@ def _dag(source: SourceConfig) -> DAG:
 
 
 def build_dag(source: SourceConfig) -> DAG:
-    """discover -> fetch (mapped over batches) -> parse -> chunk [-> embed] -> upsert -> commit -> summary.
+    """discover -> [fetch -> parse -> chunk [-> embed] -> upsert] (one lane per batch) -> commit -> summary.
 
     ``embed`` (mapped over batches like its neighbours) only when the source's embedding is
     enabled: a BM25-only source's DAG has no task that would do nothing. Such a source also has
@@ -160,7 +160,10 @@ def _batch_lane(source: SourceConfig) -> Any:
     (``prefix_group_id=False``), each with its map index, retries and lineage as before."""
     sid = source.source_id
 
-    @task_group(group_id="batch", prefix_group_id=False)
+    # later stages first: the scheduler queues a ready parse before a ready fetch of another
+    # batch (with a slot limit, README "Distributed deployment"), so batches finish one by one
+    # instead of every batch being fetched before any is parsed ("downstream", the default)
+    @task_group(group_id="batch", prefix_group_id=False, default_args={"weight_rule": "upstream"})
     def batch_lane(batch: str) -> Any:
         fetched = fetch_operator(source)(task_id="fetch", source=sid, batch=batch)
         parsed = ParseOperator(task_id="parse", source=sid, manifest=_manifest(fetched))
