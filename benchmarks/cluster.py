@@ -278,7 +278,7 @@ def _summary(site: SiteInfo, rows: list[dict[str, Any]], startup: float, warmup:
         "Airflow component running either time); B is set against their mean and its chunk ids compared with "
         "both. B = REST trigger to the DAG run's end_date on api-server + scheduler + dag-processor + triggerer + "
         f"2 Celery workers (pool {CONCURRENCY} each), PostgreSQL metadata and state, Redis broker and budgets, "
-        f"SQLite index both workers write, the deployment's worker settings (README, Celery workers); cluster "
+        f'SQLite index both workers write, the deployment\'s worker settings (README, "Distributed deployment"); cluster '
         f"start-up ({startup:.0f} s, migrate included) and one untimed warm-up run of {WARMUP_PAGES} pages "
         f"({warmup:.0f} s) not counted. speedup_vs_A = A's mean wall / B's wall. cpu_s: A = the CLI process's "
         "user + system seconds; B = every cluster process's (task processes included) over the run. "

@@ -108,7 +108,9 @@ def preload() -> float:
     return took
 
 
-@worker_init.connect
 def _on_worker_init(**_: Any) -> None:
     """Celery's worker, after its ``imports`` and before it starts its pool (which it forks)."""
     preload()
+
+
+worker_init.connect(_on_worker_init)
