@@ -31,7 +31,15 @@ PREFIX = "/tributary/events"
 
 def api_base_url(environ: dict[str, str] | None = None) -> str:
     """Airflow's ``[api] base_url`` as Airflow resolves it (environment, then ``airflow.cfg``)."""
-    env = os.environ if environ is None else environ
+    # the two variables by name (the environment is read only by literal names: tests/reliability)
+    env = (
+        environ
+        if environ is not None
+        else {
+            "AIRFLOW__API__BASE_URL": os.environ.get("AIRFLOW__API__BASE_URL", ""),
+            "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", ""),
+        }
+    )
     if env.get("AIRFLOW__API__BASE_URL"):
         return env["AIRFLOW__API__BASE_URL"].rstrip("/")
     home = Path(env.get("AIRFLOW_HOME") or Path.home() / "airflow")
