@@ -31,8 +31,10 @@ APP_JS = """
   for (const text of page.paragraphs) {
     const p = document.createElement('p'); p.textContent = text; main.appendChild(p);
   }
-  app.appendChild(nav); app.appendChild(main);
+  // the URL changes before the content appears: a snapshot taken as soon as the text is there
+  // (a loaded machine can take it between two statements) must already see the new URL
   history.pushState({}, '', location.pathname + '#rendered');
+  app.appendChild(nav); app.appendChild(main);
 })();
 """
 
