@@ -100,6 +100,24 @@ class SubscriptionStore:
             for r in rows
         }
 
+    def summary(self, source: str) -> dict[str, object]:
+        """What the source page shows: subscriptions held and failing, the oldest confirmation."""
+        table = subscriptions_table
+        query = (
+            sa.select(table.c.active, sa.func.count(), sa.func.min(table.c.checked_at))
+            .where(table.c.source == source)
+            .group_by(table.c.active)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        counts = {bool(active): (int(n), _aware(oldest)) for active, n, oldest in rows}
+        held, oldest = counts.get(True, (0, None))
+        return {
+            "active": held,
+            "failing": counts.get(False, (0, None))[0],
+            "oldest_check": oldest.isoformat() if oldest else None,
+        }
+
     def mark_subscribed(
         self, source: str, token: str, file_type: str, scope: str, now: dt.datetime | None = None
     ) -> None:

@@ -138,3 +138,24 @@ def test_subscribe_routes_check_file_type_and_event_type(sim: FeishuSimulator, c
         headers={"Authorization": f"Bearer {client.tokens.get()}"},
     )
     assert response.status_code == 400  # a file subscription takes no event_type
+
+
+def test_the_source_page_shows_the_subscriptions_held(
+    sim: FeishuSimulator, drive: dict[str, str], tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from plugins.tributary_airflow.ui import create_app
+    from tests.support.airflow import write_sources
+    from tests.support.server import serve_asgi
+
+    config = source(drive["root"])
+    sim.events.refuse_subscribe.add(drive["md"])
+    run_pipeline(config)
+    entry = config.model_dump(mode="json", include={"kind", "name", "conn_id", "options", "batch_size", "events"})
+    monkeypatch.setenv("TRIBUTARY_SOURCES", str(write_sources(tmp_path / "sources.yaml", [entry])))
+    with serve_asgi(create_app(require_auth=False)) as url:
+        page = httpx.get(f"{url}/sources/feishu:drive", timeout=30).text
+    assert '<span id="subscriptions-active">6</span>' in page
+    assert '<span class="warning" id="subscriptions-failing">1 refused</span>' in page
+    assert "6 subscribed, 0 unsubscribed, 0 renewed, 1 failed" in page
