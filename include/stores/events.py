@@ -37,6 +37,7 @@ from include.stores.schema import create_side_tables
 from include.stores.state import StateStore
 
 __all__ = [
+    "EVENT_MEMORY",
     "PERMISSION_KINDS",
     "EventBatch",
     "EventHint",
@@ -52,6 +53,10 @@ Purpose = Literal["sync", "permissions"]
 # permission changes re-read one document's permissions (the permissions DAG); everything else
 # re-reads the item (the sync DAG)
 PERMISSION_KINDS: frozenset[str] = frozenset({"permissions"})
+# How long an event id is remembered after a run consumed it, and so the oldest event a receiver
+# accepts: an older one could be a replay that de-duplication no longer recognises. Longer than
+# Feishu's last redelivery (15 s, 5 min, 1 h, 6 h after the first attempt).
+EVENT_MEMORY = dt.timedelta(days=7)
 
 _meta = sa.MetaData()
 

@@ -53,6 +53,7 @@ from include.staging import StagedFile
 __all__ = [
     "AccessReading",
     "AccessRequest",
+    "CallbackSetup",
     "Committed",
     "Connector",
     "ConnectorContext",
@@ -61,6 +62,7 @@ __all__ = [
     "FetchError",
     "GroupListing",
     "PartitionedOptions",
+    "callback_setup",
     "get_connector_class",
     "options_model",
     "read_fail_closed",
@@ -306,6 +308,32 @@ def get_connector_class(kind: str) -> type[Connector]:
         return _CONNECTORS[kind]
     except KeyError:
         raise KeyError(f"no connector registered for kind {kind!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackSetup:
+    """How a kind takes pushed change events (``plugins/connectors/<kind>/events.py``): the
+    Connection it reads when the source names none, the extras holding its secrets, the one
+    of them (if any) that goes into the callback URL, and the event types to enable at the
+    service."""
+
+    default_conn_id: str
+    secret_extras: tuple[str, ...]
+    event_types: tuple[str, ...]
+    url_secret_extra: str | None = None
+
+
+def callback_setup(kind: str) -> CallbackSetup | None:
+    """The kind's :class:`CallbackSetup` (its ``events`` module's ``CALLBACK_SETUP``), or None
+    for a kind that takes no callbacks."""
+    try:
+        module = importlib.import_module(f"plugins.connectors.{kind}.events")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"plugins.connectors.{kind}", f"plugins.connectors.{kind}.events"):
+            raise
+        return None
+    setup = getattr(module, "CALLBACK_SETUP", None)
+    return setup if isinstance(setup, CallbackSetup) else None
 
 
 # kind -> "module:Model" of its options. Names, not imports: checking a sources file (every DAG

@@ -23,6 +23,9 @@ run RUN_ID [--action A]       one run: counts and per-item lineage
 item SOURCE KEY               an item's stored state and its history across runs
 chunk CHUNK_ID                a chunk and the run / source version / stages it came from
 diff RUN_A RUN_B              what differs between two runs, item by item
+events-url SOURCE [--base-url URL]
+                              the callback URL to paste for a Feishu or Yuque source's events
+                              (Yuque's with its secret), and the events to enable (cli_events.py)
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from include.stores import StateStore, open_state_store
 from include.stores.access import AccessStore
 from plugins.connectors.base import syncs_permissions, validate_source_options
 from plugins.engine import RunContext, get_source, run_pipeline
+from plugins.engine.cli_events import add_events_parser
 from plugins.engine.cli_format import (
     access_text,
     permissions_summary_text,
@@ -394,6 +398,7 @@ def build_parser(prog: str = "python -m plugins.engine.cli") -> argparse.Argumen
     p.add_argument("run_b")
     p.add_argument("--source", help="source id when several DAGs share a run id")
     p.set_defaults(fn=cmd_diff)
+    add_events_parser(sub, common)
     return parser
 
 

@@ -7,7 +7,8 @@ growing once it holds the retained runs; it does not shrink (``VACUUM`` would). 
 deletes finished runs that are both older than ``retention_days`` (default 90) and not among
 the ``retention_keep_runs`` (default 20) most recent runs of the source, with their lineage
 rows, and removes the staging that failed runs left behind once they are older than
-``TRIBUTARY_FAILED_STAGING_HOURS`` (default 24: time to clear and retry their tasks).
+``TRIBUTARY_FAILED_STAGING_HOURS`` (default 24: time to clear and retry their tasks). A source
+with events on also forgets its consumed change events after ``EVENT_MEMORY`` (7 days).
 
 Settings, most specific first: the source's ``options`` (``retention_days``,
 ``retention_keep_runs``), then ``TRIBUTARY_RETENTION_DAYS`` / ``TRIBUTARY_RETENTION_KEEP_RUNS``,
@@ -23,6 +24,7 @@ from typing import Any
 
 from include.config import SourceConfig
 from include.staging import StagingArea
+from include.stores.events import EVENT_MEMORY, EventStore
 from plugins.engine.context import log
 
 __all__ = ["Retention", "prune_source"]
@@ -77,6 +79,7 @@ def prune_source(store: Any, source: SourceConfig, keep_raw: bool, now: dt.datet
     policy = Retention.for_source(source)
     runs, rows = store.prune_history(source.source_id, now - dt.timedelta(days=policy.days), policy.keep_runs)
     swept = _sweep_failed_staging(store, source, now, keep_raw)
+    events = _prune_events(store, source, now)
     if runs or swept:
         log.info(
             "%s: retention (%g days, last %d runs kept) pruned %d runs, %d lineage rows; %d failed runs' staging removed",
@@ -87,4 +90,12 @@ def prune_source(store: Any, source: SourceConfig, keep_raw: bool, now: dt.datet
             rows,
             swept,
         )
-    return {"pruned_runs": runs, "pruned_run_items": rows, "failed_staging_removed": swept}
+    return {"pruned_runs": runs, "pruned_run_items": rows, "failed_staging_removed": swept, "pruned_events": events}
+
+
+def _prune_events(store: Any, source: SourceConfig, now: dt.datetime) -> int:
+    """Forget the source's consumed change events once past ``EVENT_MEMORY`` (the receivers
+    refuse events older than that, so no replay of them can be taken for new)."""
+    if not source.events.enabled:
+        return 0
+    return EventStore(store).prune(source.source_id, now - EVENT_MEMORY)
