@@ -49,6 +49,7 @@ from include.index.base import SEARCH_MODES
 from include.settings import get_settings
 from include.stores import StateStore, open_state_store
 from include.stores.access import AccessStore
+from include.stores.events import EventStore
 from plugins.connectors.base import syncs_permissions, validate_source_options
 from plugins.engine import RunContext, get_source, run_pipeline
 from plugins.engine.cli_events import add_events_parser
@@ -64,6 +65,7 @@ from plugins.engine.cli_format import (
     sync_summary_text,
 )
 from plugins.engine.discover import open_connector
+from plugins.engine.event_runs import events_text
 from plugins.engine.lineage import chunk_lineage, diff_runs, item_history, list_runs, run_report, warnings_text
 from plugins.engine.permission_tasks import run_group_sync, run_permission_sync
 from plugins.engine.principals import PrincipalsError, resolve_principal
@@ -97,8 +99,18 @@ def _emit(obj: Any, as_json: bool, text: str) -> None:
 def cmd_sources(args: argparse.Namespace) -> int:
     """Valid sources on stdout; each invalid one (no DAG is built for it) on stderr, exit 1."""
     sources, errors = load_sources_report(get_settings().sources_file, validate_source_options)
-    rows = [{"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources]
-    _emit(rows, args.json, "\n".join(f"{r['source']:30} {r['dag_id']:35} {r['schedule']}" for r in rows))
+    rows: list[dict[str, Any]] = [
+        {"source": s.source_id, "dag_id": s.dag_id, "schedule": s.schedule, "index": s.index.name} for s in sources
+    ]
+    on = [s for s in sources if s.events.enabled]
+    if on:  # the event store is read only when some source takes events (with none, nothing changes)
+        stats = _query(lambda store: {s.source_id: EventStore(store).stats(s.source_id).to_dict() for s in on})
+        for row, source in zip(rows, sources, strict=True):
+            row["events"] = {"mode": source.events.mode, **stats.get(source.source_id, {})}
+    text = [f"{r['source']:30} {r['dag_id']:35} {r['schedule']}" for r in rows]
+    if on:
+        text = [f"{line}\n  {events_text(r['events'])}" for line, r in zip(text, rows, strict=True)]
+    _emit(rows, args.json, "\n".join(text))
     for error in errors:
         print(f"invalid source, no DAG: {error.message}", file=sys.stderr)
     return 1 if errors else 0

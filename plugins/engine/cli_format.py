@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from include.acl import ANONYMOUS, Principal
+from plugins.engine.event_runs import trigger_text
 from plugins.engine.lineage import warnings_text
 from plugins.engine.principals import describe_principal
 
@@ -104,6 +105,8 @@ def run_report_text(report: Mapping[str, Any]) -> str:
         f"  {run['run_type'] or '?'} run, started {when}, took {_duration(run)}, "
         f"index {run['index_backend']}/{run['index_name']}",
     ]
+    if started_by := trigger_text(run.get("params")):
+        lines.append(f"  {started_by}")
     if run.get("window_start") or run.get("window_end"):
         lines.append(f"  window {run.get('window_start') or '…'} → {run.get('window_end') or '…'} (a backfill)")
     lines += _count_lines(counts)
@@ -149,7 +152,8 @@ def runs_table_text(runs: Sequence[Mapping[str, Any]]) -> str:
         counts = r.get("counts") or {}
         status = str(r.get("status") or "") + ("*" if counts.get("dry_run") else "")
         cells = " ".join(f"{v:>9}" for v in _action_counts(counts).values())
-        lines.append(f"{when:19} {_duration(r):>8} {status:8} {cells}  {r.get('source')} {r.get('run_id')}")
+        by = " (events)" if trigger_text(r.get("params")) else ""
+        lines.append(f"{when:19} {_duration(r):>8} {status:8} {cells}  {r.get('source')} {r.get('run_id')}{by}")
     if any((r.get("counts") or {}).get("dry_run") for r in runs):
         lines.append("* dry run: the counts are what it would have done")
     return "\n".join(lines)

@@ -92,6 +92,10 @@ class RunContext:
     params: RunParams = field(default_factory=RunParams)
     dag_id: str | None = None
     run_type: str | None = None
+    # the event batches whose asset events started this run (plugins.engine.event_runs), and
+    # the run log's record of them once discover loaded them
+    event_batches: list[str] = field(default_factory=list)
+    trigger: dict[str, Any] | None = None
     # where the steps report how far they got (a terminal's progress line); None in Airflow
     progress: Progress | None = field(default=None, repr=False, compare=False)
 

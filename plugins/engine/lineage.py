@@ -107,6 +107,7 @@ def _run_row(run: Mapping[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = jsonable(dict(run))
     row["counts"] = row.get("counts") or {}
     row["params"] = row.get("params") or {}
+    row["trigger"] = row["params"].get("trigger")  # what started it: {"type": "events", ...} or None
     started, ended = run.get("started_at"), run.get("ended_at")
     row["duration_s"] = round((ended - started).total_seconds(), 3) if started and ended else None
     return row

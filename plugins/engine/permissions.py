@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,9 +119,12 @@ def sync_permissions(
     batch_size: int = 100,
     run_id: str | None = None,
     dag_id: str | None = None,
+    only_keys: Collection[str] | None = None,
+    trigger: Mapping[str, Any] | None = None,
 ) -> PermissionSyncResult:
-    """Re-read the permissions of every indexed item of ``source``; write the changed ones to
-    the index, then to ``store``; record the run. Raises what the index or the store raise (the
+    """Re-read the permissions of every indexed item of ``source`` (of those in ``only_keys``
+    only, when given: a permission event's documents); write the changed ones to the index, then
+    to ``store``; record the run (with ``trigger``, what started it, in its params). Raises what the index or the store raise (the
     run is then closed as failed); a connector's failure to read permissions does not raise."""
     sid, start = source.source_id, time.perf_counter()
     result = PermissionSyncResult(sid, _run_id(run_id))
@@ -131,13 +134,18 @@ def sync_permissions(
         sid,
         dag_id=dag_id,
         run_type=PERMISSIONS_KIND,
-        params={"kind": PERMISSIONS_KIND},
+        params={
+            "kind": PERMISSIONS_KIND,
+            **({"only_keys": sorted(only_keys)} if only_keys is not None else {}),
+            **({"trigger": dict(trigger)} if trigger else {}),
+        },
         index_backend=source.index.backend,
         index_name=source.index.name,
         owner=process_owner(),  # who runs it, for the reaper (plugins.engine.reaper)
     )
     try:
-        items = [st for st in state.items(sid).values() if st.indexed]
+        only = set(only_keys) if only_keys is not None else None
+        items = [st for st in state.items(sid).values() if st.indexed and (only is None or st.item_key in only)]
         lineage: list[RunItem] = []
         for begin in range(0, len(items), max(batch_size, 1)):
             lineage += _sync_batch(items[begin : begin + batch_size], sid, store, index, connector, result)

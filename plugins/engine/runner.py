@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,12 +61,15 @@ def run_pipeline(
     store: StateStore | None = None,
     embedder_factory: EmbedderFactory | None = None,
     progress: Progress | None = None,
+    event_batches: Sequence[str] = (),
 ) -> RunSummary:
     """Sync ``source`` once, in-process. Raises what the Airflow tasks would raise.
 
     ``embedder_factory`` replaces the source's embedder (a benchmark's counting wrapper); the
     embedding step runs only when the source has embedding enabled. ``progress`` hears each
     step's end and the crawl's counts (the CLI's line on a terminal); it is closed at the end.
+    ``event_batches``: stored event batches the run stands for (as an events-triggered DAG run's
+    asset events name them: :mod:`plugins.engine.event_runs`).
     """
     run_params = params if isinstance(params, RunParams) else RunParams.from_mapping(params)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -75,6 +79,7 @@ def run_pipeline(
         params=run_params,
         run_type="inline",
         progress=progress,
+        event_batches=list(event_batches),
     )
     own_store = store is None
     store = store or open_state_store()

@@ -47,6 +47,7 @@ from plugins.engine.commit import commit_stage, finish_stage
 from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
 from plugins.engine.embed import EmbedderFactory, embed_stage, open_source_embedder
+from plugins.engine.event_runs import apply_event_trigger, consume_events
 from plugins.engine.manifests import next_manifest_path, read_plan, read_stage_manifest, replace_corrupt_manifests
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.reaper import DagRunState, process_owner, reap_stale_runs, retains_raw
@@ -302,6 +303,7 @@ def start_run(ctx: RunContext, store: StateStore, dag_run_state: DagRunState | N
     """
     if closed_run(ctx, store) is not None:
         return
+    apply_event_trigger(ctx, store)  # an events run re-reads the items its events name
     sid = ctx.source.source_id
     keep_raw = retains_raw(ctx.source)
     reap_stale_runs(
@@ -316,7 +318,7 @@ def start_run(ctx: RunContext, store: StateStore, dag_run_state: DagRunState | N
         sid,
         dag_id=ctx.dag_id or ctx.source.dag_id,
         run_type=ctx.run_type,
-        params=ctx.params.to_dict(),
+        params={**ctx.params.to_dict(), **({"trigger": ctx.trigger} if ctx.trigger else {})},
         window=(ctx.params.window_start, ctx.params.window_end),
         index_backend=ctx.source.index.backend,
         index_name=ctx.source.index.name,
@@ -463,7 +465,9 @@ class CommitStep(Step[CountsResult]):
         if self.plan and split_ref(self.plan)[1] is not None:
             read_plan(self.plan)  # checked before commit reads it by its location
         replace_corrupt_manifests(self.manifests)
-        return CountsResult(totals=commit_stage(self.ctx, store, self.index_factory))
+        totals = commit_stage(self.ctx, store, self.index_factory)
+        consume_events(self.ctx, store, totals)  # after the commit stands: a failed run keeps its events
+        return CountsResult(totals=totals)
 
     def _closed(self, run: dict[str, Any]) -> CountsResult:
         return _closed_counts(run)  # its commit stands

@@ -1,4 +1,4 @@
-"""Airflow components (api-server, scheduler, dag-processor, workers) as test subprocesses.
+"""Airflow components (api-server, scheduler, dag-processor, triggerer, workers) as test subprocesses.
 
 Each component runs ``python -m airflow <args>`` in its own session with its output in
 ``logs/<name>.log``; :meth:`AirflowProcesses.wait` polls a condition and fails fast, with the
@@ -71,9 +71,10 @@ class AirflowProcesses:
             start_new_session=True,
         )
 
-    def start_local_stack(self, port: int) -> None:
+    def start_local_stack(self, port: int, *, triggerer: bool = False) -> None:
         """``airflow db migrate``, then the api-server on 127.0.0.1:``port`` (waited for: tasks
-        talk to its execution API), the scheduler and the dag-processor."""
+        talk to its execution API), the scheduler and the dag-processor, and with ``triggerer``
+        the triggerer (deferred tasks, and the event triggers of asset watchers)."""
         migrate = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"],
             env=self.env,
@@ -87,6 +88,8 @@ class AirflowProcesses:
             self.wait("the API server", lambda: http.get("/api/v2/version").status_code == 200)
         self.start("scheduler", "scheduler")
         self.start("dag-processor", "dag-processor")
+        if triggerer:
+            self.start("triggerer", "triggerer")
 
     def tails(self, lines: int = 40) -> str:
         """The task logs that record an error, then the components' logs (ends of each): a

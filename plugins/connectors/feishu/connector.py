@@ -72,6 +72,7 @@ from plugins.connectors.feishu.exports import (
 )
 from plugins.connectors.feishu.groups import list_memberships
 from plugins.connectors.feishu.listing import DEFAULT_TYPES, DriveItem, Walk, walk_drive
+from plugins.connectors.feishu.named import named_walk
 from plugins.connectors.feishu.options import FeishuOptions
 from plugins.connectors.feishu.permissions import AccessReader, access_metadata
 from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
@@ -219,11 +220,15 @@ class FeishuConnector(Connector):
 
     def discover(self, request: DiscoveryRequest) -> Discovery:
         started = time.perf_counter()
-        walk = self._walk()
-        deleted: list[Change] = []
-        missing = set(request.known) - set(walk.items)
-        if missing and not request.only_keys:
-            deleted = self._recheck_missing(walk, missing)
+        named = named_walk(self.client, request, self.options.types or DEFAULT_TYPES, bool(self.options.wiki_spaces))
+        if named is not None:
+            walk, deleted = named
+        else:
+            walk, deleted = self._walk(), []
+            # a run naming items re-checks only the named indexed ones it missed (an event's deletion)
+            asked = request.stored & set(request.only_keys) if request.only_keys else set(request.known)
+            if missing := set(asked) - set(walk.items):
+                deleted = self._recheck_missing(walk, missing)
         changes: list[Change] = []
         counts = {"outside_window": 0, "deleted": len(deleted)}
         for key, item in walk.items.items():

@@ -35,7 +35,7 @@ The token comes from the Connection ``conn_id`` (default ``yuque_default``), rea
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -275,7 +275,8 @@ class YuqueConnector(Connector):
         if request.max_items is not None:
             changes = changes[: request.max_items]
         changes.extend(unchanged)
-        changes.extend(self._deletions(walk, known, all_keys))
+        # tombstones of every indexed doc, also those withheld from ``known`` (named in only_keys)
+        changes.extend(self._deletions(walk, set(known) | {renames.get(k, k) for k in request.stored}, all_keys))
         stats = {
             "repos": len(walk.repos),
             "docs_listed": sum(len(e.docs) for e in walk.repos),
@@ -298,7 +299,7 @@ class YuqueConnector(Connector):
             renames=renames,
         )
 
-    def _deletions(self, walk: Walk, known: dict[str, VersionEvidence], alive: set[str]) -> list[Change]:
+    def _deletions(self, walk: Walk, known: Iterable[str], alive: set[str]) -> list[Change]:
         """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays),
         only when every repo was listed in full (the walk made sure of it when one was pending)."""
         if walk.incremental_repos:
@@ -422,7 +423,7 @@ class YuqueConnector(Connector):
         )
 
 
-def _by_doc_id(known: dict[str, VersionEvidence]) -> dict[int, str]:
+def _by_doc_id(known: Iterable[str]) -> dict[int, str]:
     """Known item keys by Yuque doc id (a key naming no doc id names nothing here)."""
     return {doc_id: key for key in known if (doc_id := doc_id_of(key)) is not None}
 

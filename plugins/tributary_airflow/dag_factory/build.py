@@ -15,6 +15,7 @@ from include.loading import load_class
 from include.settings import get_settings
 from plugins.connectors.base import source_partitions, syncs_permissions, validate_source_options
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
+from plugins.tributary_airflow.dag_factory.events import with_events
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
 from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag, task_limits
 from plugins.tributary_airflow.operators.sync import (
@@ -99,7 +100,7 @@ def _dag(source: SourceConfig) -> DAG:
     index = source.index
     return DAG(
         dag_id=source.dag_id,
-        schedule=schedule_for(source),
+        schedule=with_events(source, schedule_for(source)),  # the events asset OR the cron, when on
         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         catchup=False,
         max_active_runs=1,  # two runs of one source must not race on its state

@@ -20,6 +20,7 @@ from airflow.sdk import DAG
 from airflow.timetables.trigger import DeltaTriggerTimetable
 
 from include.config import SourceConfig
+from plugins.tributary_airflow.dag_factory.events import with_events
 from plugins.tributary_airflow.operators.permissions import SyncGroupsOperator, SyncPermissionsOperator
 
 __all__ = ["PERMISSIONS_DAG_DOC", "build_permissions_dag", "permissions_dag_id", "task_limits"]
@@ -61,7 +62,8 @@ def build_permissions_dag(source: SourceConfig) -> DAG:
     sid = source.source_id
     with DAG(
         dag_id=permissions_dag_id(source),
-        schedule=DeltaTriggerTimetable(dt.timedelta(minutes=minutes)),
+        # with events on, a permission event also starts it, for the documents it names only
+        schedule=with_events(source, DeltaTriggerTimetable(dt.timedelta(minutes=minutes)), "permissions"),
         start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         catchup=False,
         max_active_runs=1,  # two permission syncs of one source would race on its stored digests

@@ -17,11 +17,12 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from plugins.engine import RunContext, RunParams, get_source
+from plugins.engine.event_runs import trigger_batch_ids
 from plugins.engine.steps import Step, StepResult
 from plugins.tributary_airflow.hooks import IndexHook, StateStoreHook
 from plugins.tributary_airflow.operators.lineage_ol import connection_address, operator_lineage
 
-__all__ = ["StepOperator", "run_context"]
+__all__ = ["StepOperator", "run_context", "triggering_batches"]
 
 
 def run_context(source: str, context: Context) -> RunContext:
@@ -46,7 +47,17 @@ def run_context(source: str, context: Context) -> RunContext:
         params=params,
         dag_id=dag.dag_id if dag else src.dag_id,
         run_type=run_type,
+        event_batches=triggering_batches(src.source_id, context),
     )
+
+
+def triggering_batches(source_id: str, context: Context, purpose: str = "sync") -> list[str]:
+    """The event batches named by the run's triggering asset events (``triggering_asset_events``:
+    asset -> the asset events that scheduled this run; ours carry ``{"from_trigger": True,
+    "payload": {"source", "purpose", "batch_id", ...}}``). None for a scheduled or manual run."""
+    by_asset = context.get("triggering_asset_events") or {}
+    extras = [dict(event.extra or {}) for events in by_asset.values() for event in events]
+    return trigger_batch_ids(extras, source_id, purpose)
 
 
 class StepOperator(BaseOperator):

@@ -20,6 +20,7 @@ from airflow.sdk import BaseOperator, Context
 from plugins.engine import get_source
 from plugins.engine.permission_tasks import run_group_sync, run_permission_sync
 from plugins.tributary_airflow.hooks import IndexHook, StateStoreHook
+from plugins.tributary_airflow.operators.base import triggering_batches
 
 __all__ = ["SyncGroupsOperator", "SyncPermissionsOperator"]
 
@@ -43,6 +44,10 @@ class SyncGroupsOperator(_PermissionsOperator):
     """Store the source's groups and members (a source with none of its own stores nothing)."""
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if triggering_batches(get_source(self.source).source_id, context, "permissions"):
+            # a permission event names documents, not groups: the scheduled runs re-read groups
+            self.log.info("permissions of %s started by events: groups left to the scheduled runs", self.source)
+            return {"skipped": "started by permission events"}
         with self.state_hook as state:
             result = run_group_sync(get_source(self.source), state, run_id=context["run_id"]).to_dict()
         self.log.info("groups of %s: %s", self.source, result)
@@ -57,9 +62,14 @@ class SyncPermissionsOperator(_PermissionsOperator):
         return IndexHook.for_source(self.source)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        source = get_source(self.source)
         with self.state_hook as state:
             found = run_permission_sync(
-                get_source(self.source), state, self.index_hook.get_conn, run_id=context["run_id"]
+                source,
+                state,
+                self.index_hook.get_conn,
+                run_id=context["run_id"],
+                event_batches=triggering_batches(source.source_id, context, "permissions"),
             )
         result = found.to_dict()
         self.log.info("permissions of %s: %s", self.source, {k: v for k, v in result.items() if k != "changes"})

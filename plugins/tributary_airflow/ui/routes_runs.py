@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from include.stores import StateStore
 from include.stores.browse import chunk_events
 from plugins.engine import lineage
+from plugins.engine.event_runs import trigger_text
 from plugins.tributary_airflow.ui import views
 from plugins.tributary_airflow.ui.common import Pages, Store, valid_sources
 from plugins.tributary_airflow.ui.dag_access import require_source
@@ -68,7 +69,9 @@ def _run_context(store: StateStore, report: dict[str, Any]) -> dict[str, Any]:
         "run": run,
         "embeds": embeds(run),
         "reasons": views.error_reasons(run, every),
-        "params": views.params_rows(run.get("params")),
+        # the trigger is said in words above the table ("started by events: ...")
+        "params": views.params_rows({k: v for k, v in (run.get("params") or {}).items() if k != "trigger"}),
+        "started_by": trigger_text(run.get("params")),
         "counts": views.counts_groups(run.get("counts")),
         "window": views.window_text(run),
         "deferred": views.deferred_text(run),

@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from include.config import SourceConfig
 from include.stores import StateStore
 from include.stores.browse import last_run, source_totals
+from include.stores.events import EventStore
 from include.stores.subscriptions import SubscriptionStore
 from plugins.engine import lineage
 from plugins.engine.access import source_visibility
@@ -62,6 +63,7 @@ def source_summary(store: StateStore, config: SourceConfig, now: dt.datetime) ->
         "freshness": freshness(config.schedule, started.replace(tzinfo=dt.UTC) if started else None, now),
         "totals": source_totals(store, config.source_id, config.engine_options.quarantine_after),
         "access": source_visibility(store, config.source_id),
+        "events": _events(store, config),
         "subscriptions": _subscriptions(store, config),
     }
 
@@ -71,6 +73,14 @@ def _subscriptions(store: StateStore, config: SourceConfig) -> dict[str, Any] | 
     if config.kind != "feishu" or not (config.events.enabled and config.events.subscribe):
         return None
     return SubscriptionStore(store).summary(config.source_id)
+
+
+def _events(store: StateStore, config: SourceConfig) -> dict[str, Any]:
+    """The source's events mode and, when on, its event store's counts (last event, received,
+    coalesced, runs started, duplicates, refused by reason); with events off the store is not read."""
+    if not config.events.enabled:
+        return {"mode": "off"}
+    return {"mode": config.events.mode, **EventStore(store).stats(config.source_id).to_dict()}
 
 
 def _trend(runs: list[dict[str, Any]]) -> list[Any]:
