@@ -14,6 +14,7 @@ names itself from ``TRIBUTARY_CLUSTER_HOSTNAME`` and task instances record which
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import socket
@@ -31,7 +32,7 @@ import psutil
 
 from tests.support.process_group import log_tails, stop_groups
 
-__all__ = ["ClusterStack", "RssSampler", "cluster_env", "start_cluster", "worker_hostname"]
+__all__ = ["ClusterStack", "RssSampler", "cluster_env", "cpu_seconds", "start_cluster", "worker_hostname"]
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = ("bench-worker-a", "bench-worker-b")
@@ -39,6 +40,13 @@ WORKERS = ("bench-worker-a", "bench-worker-b")
 
 def worker_hostname() -> str:
     return os.environ.get("TRIBUTARY_CLUSTER_HOSTNAME") or socket.getfqdn()
+
+
+def worker_settings() -> dict[str, str]:
+    """The deployment's task start-up settings (docker-compose.yaml's; README, "Distributed deployment")."""
+    from plugins.tributary_airflow.worker_preload import CELERY_EXTRA_CONFIG
+
+    return {"AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": json.dumps(CELERY_EXTRA_CONFIG)}
 
 
 def cluster_env(*, home: Path, meta_url: str, state_url: str, port: int, sources: Path, broker_db: int, budget_db: int,
@@ -67,6 +75,10 @@ def cluster_env(*, home: Path, meta_url: str, state_url: str, port: int, sources
         "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{broker_db}",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta_url}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(concurrency),
+        **worker_settings(),
+        # no more task instances of one DAG queued than the workers have slots (README, "Distributed
+        # deployment"): the scheduler's priorities, not the broker's queue order, pick what runs next
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(len(WORKERS) * concurrency),
         "PYTHONPATH": str(ROOT),
         "TRIBUTARY_HOME": str(home / "tributary"),
         "TRIBUTARY_STATE_URL": state_url,
@@ -99,6 +111,9 @@ class ClusterStack:
 
     def worker_pids(self) -> dict[str, int]:
         return {name: self.procs[name].pid for name in WORKERS}
+
+    def all_pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
 
     def tails(self, lines: int = 30) -> str:
         return log_tails(self.logs, lines)
@@ -161,6 +176,24 @@ def start_cluster(env: dict[str, str], port: int, logs: Path, dag_ids: list[str]
         yield stack
     finally:
         stack.stop()
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the process trees rooted at ``pids``: each live process's own,
+    plus what its exited children (task processes, reaped) used. Sampled before and after a run,
+    the difference is what the run cost these processes, whatever else loads the machine."""
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 @dataclass

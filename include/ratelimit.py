@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import redis
-
 __all__ = ["PROCESS_STORE", "Decision", "LocalStore", "Rate", "RateLimitTimeout", "RateLimiter"]
 
 log = logging.getLogger(__name__)
@@ -289,6 +287,8 @@ class RateLimiter:
         self._owns_client = redis_client is None and bool(redis_url)
         self._redis: Any = redis_client
         if self._owns_client:
+            import redis  # only when limits are shared: a process limiting alone never loads it
+
             self._redis = redis.Redis.from_url(str(redis_url), socket_timeout=5, socket_connect_timeout=5)
         self._script: Any = self._redis.register_script(_SCRIPT) if self._redis is not None else None
 
@@ -304,6 +304,8 @@ class RateLimiter:
 
     def _redis_or_local(self, remote: Callable[[], _T], local: Callable[[], _T]) -> _T:
         if self._script is not None:
+            import redis  # loaded already: a script is registered
+
             try:
                 return remote()
             except (redis.RedisError, OSError) as exc:

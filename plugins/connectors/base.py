@@ -121,6 +121,10 @@ class DiscoveryRequest:
     # (running counts: pages, fetched, bytes) -> None: where a long discovery says how far it got
     # (a terminal's progress line); None when nobody is watching
     progress: Callable[[Mapping[str, int]], None] | None = None
+    # (change) -> None: a change whose bytes are staged, handed over as soon as it is final while
+    # discovery goes on (the engine may parse it early; ``fetch`` of it must give the same
+    # document later). None: nobody wants them early
+    prepare: Callable[[Change], None] | None = None
 
 
 @dataclass(slots=True)
@@ -179,6 +183,9 @@ class Connector(abc.ABC):
     # Keep fetched bytes in staging after a successful run unless the source config says otherwise
     # (connectors that *build* the bytes, like Yuque's lakesheet -> .xlsx, keep them for audit).
     retain_raw: ClassVar[bool] = False
+    # Hands staged changes to ``DiscoveryRequest.prepare`` during discovery (the engine then
+    # starts its parse workers before discovery; for a connector that never does, it does not)
+    prepares: ClassVar[bool] = False
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         self.source = source

@@ -112,7 +112,12 @@ def run_report_text(report: Mapping[str, Any]) -> str:
     lines += _count_lines(counts)
     details = [f"{k.replace('_', ' ')} {counts[k]}" for k in _DETAIL_COUNTS if counts.get(k)]
     if counts.get("listing_complete") is False:
-        details.append("listing incomplete: nothing deleted")
+        # absence proves nothing then; items the source itself reported gone are still deleted
+        details.append(
+            "listing incomplete: deletions only of items the source reported gone"
+            if counts.get("deleted")
+            else "listing incomplete: nothing deleted"
+        )
     if details:
         lines.append("  " + ", ".join(details))
     if run.get("error"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.config import SourceConfig, load_sources_report, url_secret
 from include.settings import get_settings
@@ -13,6 +13,9 @@ from include.staging import StagingArea
 from include.stores import StateStore
 from plugins.connectors.base import validate_source_options
 from plugins.engine.progress import Progress
+
+if TYPE_CHECKING:
+    from plugins.engine.early import EarlyWork
 
 __all__ = ["MassDeleteError", "RunContext", "RunParams", "closed_run", "get_source", "is_closed"]
 
@@ -98,6 +101,8 @@ class RunContext:
     trigger: dict[str, Any] | None = None
     # where the steps report how far they got (a terminal's progress line); None in Airflow
     progress: Progress | None = field(default=None, repr=False, compare=False)
+    # pages parsed while the crawl still fetches (plugins.engine.early); None in Airflow
+    early: EarlyWork | None = field(default=None, repr=False, compare=False)
 
     @property
     def staging(self) -> StagingArea:

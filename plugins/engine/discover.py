@@ -132,6 +132,8 @@ def ask_connector(
             partition=partition,
             spill=spill,
             progress=_crawl_progress(ctx, partition),
+            # one crawl in this process: its pages may be parsed while it goes on
+            prepare=ctx.early.submit if ctx.early is not None and partition is None else None,
         )
         return Asked(connector.discover(request), request, forced)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -63,6 +64,7 @@ __all__ = [
     "write_fetched_manifest",
     "write_plan",
     "write_stage_manifest",
+    "written_counts",
 ]
 
 
@@ -130,7 +132,28 @@ def _batch_number(location: str) -> int:
 def write_stage_manifest(prev_path: str, manifest: BatchManifest) -> str:
     """Write ``manifest`` (of stage ``manifest.stage``) beside the previous stage's one; its ref."""
     target = next_manifest_path(prev_path, manifest.stage)
-    return StagingArea.of(target).put_json(location_name(target), encode(manifest)).ref()
+    ref = StagingArea.of(target).put_json(location_name(target), encode(manifest)).ref()
+    with _written_lock:  # the index lane's thread writes too
+        if len(_written) >= 64:  # a step that never asked (a tool writing manifests): forget the oldest
+            _written.pop(next(iter(_written)))
+        _written[ref] = (len(manifest.items), len(manifest.unchanged), len(manifest.failures))
+    return ref
+
+
+# ref -> (items, unchanged, failures) of a manifest this process just wrote, until its step asks
+_written: dict[str, tuple[int, int, int]] = {}
+_written_lock = threading.Lock()
+
+
+def written_counts(ref: str) -> tuple[int, int, int]:
+    """(items, unchanged, failures) of the manifest at ``ref``: what this process wrote there a
+    moment ago (once; the ref carries the digest, so it names those very bytes), else read back."""
+    with _written_lock:
+        counts = _written.pop(ref, None)
+    if counts is None:
+        manifest = read_stage_manifest(ref)
+        counts = (len(manifest.items), len(manifest.unchanged), len(manifest.failures))
+    return counts
 
 
 def replace_corrupt_manifests(refs: Iterable[str]) -> list[str]:

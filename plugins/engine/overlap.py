@@ -30,7 +30,7 @@ from include.stores import StateStore
 from plugins.engine.context import RunContext
 from plugins.engine.steps import ChunkStep, ParseStep
 
-__all__ = ["MAX_WORKERS", "parse_chunk_pool", "parse_then_chunk", "pool_workers"]
+__all__ = ["MAX_WORKERS", "exit_with_parent", "parse_chunk_pool", "parse_then_chunk", "pool_workers"]
 
 MAX_WORKERS = 2  # the runner's process still fetches and indexes beside them
 
@@ -61,8 +61,12 @@ def _worker_start() -> None:
     assert _inherited is not None
     # the parent's pooled database connections belong to the parent: never reuse them here
     _inherited[1].engine.dispose(close=False)
-    # a runner killed (SIGKILL) cannot shut its pool down, and a worker holds the queue's pipe
-    # open itself, so it would wait forever: it leaves once its parent is gone
+    exit_with_parent()
+
+
+def exit_with_parent() -> None:
+    """In a forked worker: leave once the parent is gone. A runner killed (SIGKILL) cannot shut
+    its pool down, and a worker holds the queue's pipe open itself, so it would wait forever."""
     parent = os.getppid()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 

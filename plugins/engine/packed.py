@@ -44,6 +44,8 @@ __all__ = [
     "PackedReader",
     "PackedWriter",
     "UnstageableError",
+    "decode_parsed",
+    "encode_value",
     "part_limit",
     "put_chunks",
     "put_parsed",
@@ -63,6 +65,7 @@ _HEADER = bytes(_MAP32.size)
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=str)
 _PARSED = msgspec.msgpack.Decoder(dict[str, ParsedDocument])
 _CHUNKS = msgspec.msgpack.Decoder(dict[str, list[Chunk]])
+_ONE_PARSED = msgspec.msgpack.Decoder(ParsedDocument)
 # what decoding a hostile part raises besides DecodeError (deep nesting, huge numbers)
 _DECODE_ERRORS = (msgspec.MsgspecError, RecursionError, OverflowError, ValueError, TypeError, MemoryError)
 
@@ -108,6 +111,16 @@ class PackedWriter:
         except (RecursionError, OverflowError, TypeError, ValueError) as exc:
             self._scratch = bytearray()
             raise UnstageableError(f"{item_key!r}: {type(exc).__name__}: {exc}") from None
+        self._append(item_key)
+
+    def add_encoded(self, item_key: str, encoded: bytes) -> None:
+        """:meth:`add` of an output :func:`encode_value` encoded already (in another process):
+        the same bytes in the part, the same cap."""
+        _ENCODER.encode_into(item_key, self._scratch, 0)
+        self._scratch += encoded
+        self._append(item_key)
+
+    def _append(self, item_key: str) -> None:
         size = len(self._scratch)
         if self._cap is not None and size + len(_HEADER) > self._cap:
             self._scratch = bytearray()
@@ -136,6 +149,20 @@ class PackedWriter:
         self._refs.update(dict.fromkeys(self._keys, ref))
         self._part = bytearray(_HEADER)
         self._keys = []
+
+
+def encode_value(value: ParsedDocument | list[Chunk]) -> bytes:
+    """One item's output as :meth:`PackedWriter.add` encodes it (:class:`UnstageableError`)."""
+    try:
+        return _ENCODER.encode(value)
+    except (RecursionError, OverflowError, TypeError, ValueError) as exc:
+        raise UnstageableError(f"{type(exc).__name__}: {exc}") from None
+
+
+def decode_parsed(encoded: bytes) -> ParsedDocument:
+    """A document :func:`encode_value` encoded, as the chunk stage reads it back from a part (the
+    same msgpack round trip): chunking it ahead of that stage gives it the very same input."""
+    return _ONE_PARSED.decode(encoded)
 
 
 def put_parsed(staging: StagingArea, batch: int, docs: Mapping[str, ParsedDocument]) -> StagedFile:

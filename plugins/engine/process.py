@@ -12,11 +12,19 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.acl import ACL_UNKNOWN, AccessControl
 from include.config import SourceConfig
-from include.contract import Change, Chunk, ParsedDocument, ParseError, ParseErrorCode, VersionEvidence, document_id
+from include.contract import (
+    Change,
+    Chunk,
+    ParsedDocument,
+    ParseError,
+    ParseErrorCode,
+    VersionEvidence,
+    document_id,
+)
 from include.index import DocumentRecord, DocumentWrite, IndexBackend, UpsertResult
 from include.staging import StagingArea, StagingCorruptError, StagingTooLargeError
 from plugins.chunkers.registry import get_chunker
@@ -38,7 +46,18 @@ from plugins.engine.packed import PackedReader, PackedWriter, UnstageableError
 from plugins.engine.records import BatchManifest, ChunkOutcome, ItemRecord, ParseOutcome, StagedRef, UpsertOutcome
 from plugins.parsers.registry import parse_document
 
-__all__ = ["chunk_stage", "fetch_stage", "parse_stage", "read_batch_access", "upsert_stage"]
+if TYPE_CHECKING:
+    from plugins.engine.early import EarlyWork
+
+__all__ = [
+    "chunk_outcome",
+    "chunk_stage",
+    "fetch_stage",
+    "parse_outcome",
+    "parse_stage",
+    "read_batch_access",
+    "upsert_stage",
+]
 
 log = logging.getLogger("tributary")
 
@@ -113,52 +132,76 @@ def _content_unchanged(item: ItemRecord, digest: str) -> bool:
     return not item.forced and prior is not None and prior.has_version and prior.content_hash == digest
 
 
-def parse_stage(fetched_path: str, source: SourceConfig) -> str:
+def parse_stage(fetched_path: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
     """Parse every fetched item; drop items whose extracted content did not change.
 
-    Each parsed document is encoded into the batch's current part as soon as it is parsed
+    ``early``: documents parsed while the crawl fetched (:mod:`plugins.engine.early`), taken
+    for exactly the bytes and fields loaded here. Each parsed document is encoded into the batch's current part as soon as it is parsed
     (:class:`~plugins.engine.packed.PackedWriter`), so the stage holds one part and about one
     document, not the batch; a document too large to stage fails alone."""
     manifest = read_stage_manifest(fetched_path)
     out = manifest.next("parsed")
     writer = PackedWriter(StagingArea.of(fetched_path), "parsed", out.batch)
     for item in manifest.items:
-        _parse_into(out, item, source, writer)
+        _parse_into(out, item, source, writer, early)
     _point_at_parts(out.items, "parsed", writer.close())
     return write_stage_manifest(fetched_path, out)
 
 
-def _parse_into(out: BatchManifest, item: ItemRecord, source: SourceConfig, writer: PackedWriter) -> None:
+def _parse_into(
+    out: BatchManifest, item: ItemRecord, source: SourceConfig, writer: PackedWriter, early: EarlyWork | None
+) -> None:
     """Parse one item into ``out``: its record (its document into ``writer``), an unchanged one,
     or its failure. A function of its own, so that its bytes and document go when it returns."""
     start = time.perf_counter()
-    try:
-        raw = load_raw(item)
-        doc = parse_document(raw, source.parser)
-    except StagingCorruptError as exc:
-        out.failures.append(corrupt_failure(item.item_key, exc))
-        return
-    except ParseError as exc:
-        out.failures.append(_parse_failure(item, exc))
-        return
-    digest = doc.content_hash()
-    outcome = ParseOutcome(
+    stage: Callable[[], ItemFailure | None]  # stages the document into the part
+    taken = early.parsed(item) if early is not None else None
+    if taken is not None:  # parsed from the very bytes and fields the fetched manifest records
+        assert item.raw is not None
+        outcome, encoded = _with_fetch_facts(taken[0], item, item.raw.metadata), taken[1]
+        stage = lambda: _stage_encoded(writer, item.item_key, encoded, "parse")  # noqa: E731
+    else:
+        try:
+            raw = load_raw(item)
+            doc = parse_document(raw, source.parser)
+        except StagingCorruptError as exc:
+            out.failures.append(corrupt_failure(item.item_key, exc))
+            return
+        except ParseError as exc:
+            out.failures.append(_parse_failure(item, exc))
+            return
+        outcome = _with_fetch_facts(parse_outcome(doc, doc.content_hash()), item, raw.metadata)
+        del raw  # its bytes are not needed while the document is encoded
+        stage = lambda: _stage_output(writer, item.item_key, doc, "parse")  # noqa: E731
+    if _content_unchanged(item, outcome.content_hash):
+        out.unchanged.append(_timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged"))
+    elif (failure := stage()) is not None:
+        out.failures.append(failure)
+    else:
+        out.items.append(_timed(item, "parse", start, parsed=outcome))
+
+
+def parse_outcome(doc: ParsedDocument, digest: str) -> ParseOutcome:
+    """What parsing records of ``doc`` itself (``digest``: its content hash); the item's title
+    and the fetch's facts are added by :func:`_with_fetch_facts`."""
+    return ParseOutcome(
         content_hash=digest,
         parser=doc.parser,
         parser_version=doc.parser_version,
         parser_engine=doc.engine,
         blocks=len(doc.blocks),
         chars=sum(len(b.text) for b in doc.blocks),
-        title=doc.title or (item.raw.title if item.raw else None),
-        warnings=parser_warnings(doc.metadata) | _fetch_facts(raw.metadata),  # needs_ocr, rendered ...
+        title=doc.title,
+        warnings=parser_warnings(doc.metadata),  # needs_ocr ...
     )
-    del raw  # its bytes are not needed while the document is encoded
-    if _content_unchanged(item, digest):
-        out.unchanged.append(_timed(item, "parse", start, parsed=outcome, unchanged_reason="content hash unchanged"))
-    elif (failure := _stage_output(writer, item.item_key, doc, "parse")) is not None:
-        out.failures.append(failure)
-    else:
-        out.items.append(_timed(item, "parse", start, parsed=outcome))
+
+
+def _with_fetch_facts(outcome: ParseOutcome, item: ItemRecord, raw_metadata: dict[str, Any]) -> ParseOutcome:
+    return dataclasses.replace(
+        outcome,
+        title=outcome.title or (item.raw.title if item.raw else None),
+        warnings=outcome.warnings | _fetch_facts(raw_metadata),  # rendered ...
+    )
 
 
 def _stage_output(
@@ -169,6 +212,15 @@ def _stage_output(
     try:
         writer.add(item_key, value)
     except (StagingTooLargeError, UnstageableError) as exc:
+        return ItemFailure(item_key, exc.reason, str(exc), False, stage)
+    return None
+
+
+def _stage_encoded(writer: PackedWriter, item_key: str, encoded: bytes, stage: str) -> ItemFailure | None:
+    """:func:`_stage_output` of an output encoded already (a worker's, ``plugins.engine.early``)."""
+    try:
+        writer.add_encoded(item_key, encoded)
+    except StagingTooLargeError as exc:
         return ItemFailure(item_key, exc.reason, str(exc), False, stage)
     return None
 
@@ -191,7 +243,9 @@ def _chunks_of(item: ItemRecord, doc_id: str, source: SourceConfig, reader: Pack
     return chunk_for_source(doc, doc_id, source)  # within the embedding model's input limit
 
 
-def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
+def chunk_stage(parsed_path: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
+    """Chunk every parsed item (``early``: the chunks of documents the parse stage took from
+    there, chunked from the same staged form under the same doc id)."""
     manifest = read_stage_manifest(parsed_path)
     out = manifest.next("chunked")
     reader = PackedReader()
@@ -200,34 +254,45 @@ def chunk_stage(parsed_path: str, source: SourceConfig) -> str:
         start = time.perf_counter()
         # a renamed item keeps the doc id it was indexed under (its chunk ids follow from it)
         doc_id = (item.prior.doc_id if item.prior else None) or document_id(source.source_id, item.item_key)
-        try:
-            chunks = _chunks_of(item, doc_id, source, reader)
-        except StagingCorruptError as exc:
-            out.failures.append(corrupt_failure(item.item_key, exc))
-            continue
-        except Exception as exc:  # a chunker failure is this document's, not the batch's
-            out.failures.append(
-                ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
-            )
-            continue
-        if (failure := _stage_output(writer, item.item_key, chunks, "chunk")) is not None:
+        taken = early.chunks(item.item_key, doc_id) if early is not None else None
+        if taken is not None:  # chunked by a worker from this very document, under this doc id
+            outcome, encoded = taken
+            failure = _stage_encoded(writer, item.item_key, encoded, "chunk")
+        else:
+            try:
+                chunks = _chunks_of(item, doc_id, source, reader)
+            except StagingCorruptError as exc:
+                out.failures.append(corrupt_failure(item.item_key, exc))
+                continue
+            except Exception as exc:  # a chunker failure is this document's, not the batch's
+                out.failures.append(
+                    ItemFailure(item.item_key, "chunk_error", f"{type(exc).__name__}: {exc}", True, "chunk")
+                )
+                continue
+            failure = _stage_output(writer, item.item_key, chunks, "chunk")
+            outcome = chunk_outcome(chunks, doc_id, source)
+        if failure is not None:
             out.failures.append(failure)
             continue
-        meta = chunks[0].metadata if chunks else {}
-        outcome = ChunkOutcome(
-            doc_id=doc_id,
-            file=_UNSTAGED,  # the part holding its chunks, once that is written
-            chunk_ids=[c.chunk_id for c in chunks],
-            chunker=str(meta.get("chunker", source.chunker.name)),
-            chunker_options_hash=meta.get("chunker_options_hash"),
-            chunker_version=str(meta.get("chunker_version") or get_chunker(source.chunker.name).version),
-        )
         out.items.append(_timed(item, "chunk", start, chunked=outcome))
     _point_at_parts(out.items, "chunked", writer.close())
     return write_stage_manifest(parsed_path, out)
 
 
 _UNSTAGED = StagedRef("", 0, "")
+
+
+def chunk_outcome(chunks: list[Chunk], doc_id: str, source: SourceConfig) -> ChunkOutcome:
+    """What chunking records of ``chunks`` (its ``file``: the part holding them, once written)."""
+    meta = chunks[0].metadata if chunks else {}
+    return ChunkOutcome(
+        doc_id=doc_id,
+        file=_UNSTAGED,
+        chunk_ids=[c.chunk_id for c in chunks],
+        chunker=str(meta.get("chunker", source.chunker.name)),
+        chunker_options_hash=meta.get("chunker_options_hash"),
+        chunker_version=str(meta.get("chunker_version") or get_chunker(source.chunker.name).version),
+    )
 
 
 # ----------------------------------------------------------------------------------- upsert

@@ -24,6 +24,7 @@ from plugins.connectors.base import Connector
 from plugins.engine.commit import abort_run
 from plugins.engine.context import RunContext, RunParams
 from plugins.engine.discover import open_connector
+from plugins.engine.early import start_early
 from plugins.engine.embed import EmbedderFactory
 from plugins.engine.index_lane import IndexLane, lane_wanted
 from plugins.engine.manifests import next_manifest_path
@@ -51,6 +52,9 @@ class RunSummary:
     status: str
     counts: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # documents the parse step took from workers that parsed them while the crawl fetched
+    # (plugins.engine.early); None: no such workers in this run. Not a count of the run's log
+    parsed_during_crawl: int | None = None
 
 
 def run_pipeline(
@@ -83,18 +87,26 @@ def run_pipeline(
     )
     own_store = store is None
     store = store or open_state_store()
+    ctx.early = start_early(ctx, store)  # forked before the crawl starts a thread
     try:
         plan = discover_run(ctx, store)  # one discover step, or a partitioned source's parallel crawl
+        if ctx.early is not None:
+            ctx.early.flush()  # the crawl's last pages
         upserted = [] if plan.closed else _process_batches(ctx, store, plan.batches, embedder_factory)
         if not plan.closed:  # unchanged items needing new vectors only (plugins.engine.reembed)
             run_reembed(ctx, store, lambda: _open_index(source), embedder_factory)
         commit = CommitStep(ctx, lambda: _open_index(source), upserted, plan.plan).run(store)
         finish = FinishStep(ctx, commit.totals).run(store)
-        return RunSummary(ctx.run_id, source.source_id, str(finish.totals.get("outcome", "success")), finish.totals)
+        summary = RunSummary(ctx.run_id, source.source_id, str(finish.totals.get("outcome", "success")), finish.totals)
+        if ctx.early is not None:  # how much of the parsing the crawl's time covered
+            summary.parsed_during_crawl = ctx.early.stats["parsed"]
+        return summary
     except Exception as exc:
         abort_run(ctx, store, f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        if ctx.early is not None:
+            ctx.early.close()
         if progress is not None:
             progress.close()
         if own_store:
@@ -126,7 +138,8 @@ def _process_batches(
         if not lane_wanted(len(todo)):
             return [index(parse_then_chunk(ctx, store, FetchStep(ctx, b, shared).run(store).manifest)) for b in todo]
         with IndexLane(index) as lane:
-            workers = pool_workers(len(todo))
+            # pages parsed during the crawl leave the batches little to parse: no second pool
+            workers = 0 if ctx.early is not None else pool_workers(len(todo))
             if not workers:
                 for batch in todo:
                     lane.submit(parse_then_chunk(ctx, store, FetchStep(ctx, batch, shared).run(store).manifest))

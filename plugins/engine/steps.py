@@ -48,7 +48,13 @@ from plugins.engine.context import RunContext, closed_run
 from plugins.engine.discover import discover_stage
 from plugins.engine.embed import EmbedderFactory, embed_stage, open_source_embedder
 from plugins.engine.event_runs import apply_event_trigger, consume_events
-from plugins.engine.manifests import next_manifest_path, read_plan, read_stage_manifest, replace_corrupt_manifests
+from plugins.engine.manifests import (
+    next_manifest_path,
+    read_plan,
+    read_stage_manifest,
+    replace_corrupt_manifests,
+    written_counts,
+)
 from plugins.engine.process import chunk_stage, fetch_stage, parse_stage, upsert_stage
 from plugins.engine.reaper import DagRunState, process_owner, reap_stale_runs, retains_raw
 
@@ -120,13 +126,8 @@ class ManifestResult(StepResult):
     @classmethod
     def of(cls, path: str) -> ManifestResult:
         """The result of a step that just wrote ``path``."""
-        manifest = read_stage_manifest(path)
-        return cls(
-            manifest=path,
-            items=len(manifest.items),
-            unchanged=len(manifest.unchanged),
-            failed=len(manifest.failures),
-        )
+        items, unchanged, failed = written_counts(path)
+        return cls(manifest=path, items=items, unchanged=unchanged, failed=failed)
 
     def counts(self) -> dict[str, Any]:
         if self.closed:  # nothing was handled (the manifest went with the run's staging)
@@ -386,7 +387,7 @@ class ParseStep(ManifestStep):
     output = "parsed"
 
     def _execute(self, store: StateStore) -> ManifestResult:
-        return ManifestResult.of(parse_stage(self.manifest, self.ctx.source))
+        return ManifestResult.of(parse_stage(self.manifest, self.ctx.source, self.ctx.early))
 
 
 class ChunkStep(ManifestStep):
@@ -396,7 +397,7 @@ class ChunkStep(ManifestStep):
     output = "chunked"
 
     def _execute(self, store: StateStore) -> ManifestResult:
-        return ManifestResult.of(chunk_stage(self.manifest, self.ctx.source))
+        return ManifestResult.of(chunk_stage(self.manifest, self.ctx.source, self.ctx.early))
 
 
 class EmbedStep(ManifestStep):

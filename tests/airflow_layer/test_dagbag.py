@@ -51,7 +51,13 @@ def test_factory_builds_one_dag_per_source_with_the_pipeline(tmp_path: Path, mon
     dag = dags["sync_web_docs"]
     assert {t.task_id for t in dag.tasks} == {"discover", "fetch", "parse", "chunk", "upsert", "commit", "summary"}
     assert set(dag.params) >= {"full_resync", "dry_run", "max_items", "window_start", "window_end", "only_keys"}
-    assert dag.get_task("fetch").is_mapped if hasattr(dag.get_task("fetch"), "is_mapped") else True
+    # one mapped task group per batch: batch i's parse waits for batch i's fetch only
+    lane = {t: dag.get_task(t).get_closest_mapped_task_group() for t in ("fetch", "parse", "chunk", "upsert")}
+    assert {g.group_id for g in lane.values() if g is not None} == {"batch"} and None not in lane.values()
+    assert dag.get_task("parse").upstream_task_ids == {"fetch"}
+    # later stages first: a ready parse is queued before another batch's ready fetch
+    assert {dag.get_task(t).weight_rule for t in lane} == {"upstream"}
+    assert dag.get_task("commit").get_closest_mapped_task_group() is None
     assert "tributary" in dag.tags and dag.doc_md
     assert dag.default_args["retries"] >= 0 and dag.default_args["retry_exponential_backoff"]
     summary = dag.get_task("summary")

@@ -64,10 +64,12 @@ def test_an_embedding_source_embeds_between_chunk_and_upsert_mapped_over_batches
         EmbedOperator,
         UpsertOperator,
     )
-    # mapped like its neighbours: one task instance per batch, over chunk's manifests
-    assert type(embed).__name__ == type(chunk).__name__ == "MappedOperator"
+    # in the batch lane like its neighbours (one task instance per batch), over chunk's manifest
+    lane = embed.get_closest_mapped_task_group()
+    assert lane is not None and lane is chunk.get_closest_mapped_task_group()
     assert isinstance(dag.get_task("reembed"), ReembedOperator)
-    assert set(embed.expand_input.value) == {"manifest"}
+    assert dag.get_task("reembed").get_closest_mapped_task_group() is None
+    assert embed.manifest.operator is chunk
     assert "`chunk` → `embed` (local model" in dag.doc_md
 
 

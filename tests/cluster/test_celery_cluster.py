@@ -24,6 +24,7 @@ Deselect with ``-m "not cluster"``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from plugins.tributary_airflow.worker_preload import CELERY_EXTRA_CONFIG
 from tests.conftest import ROOT
 from tests.support.airflow_stack import component_env, trigger_and_wait
 from tests.support.postgres import scratch_database
@@ -188,6 +190,8 @@ def cluster(
         "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:6379/{BROKER_DB}",
         "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{meta_url}",
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        # the deployment's worker preload (docker-compose.yaml): task processes fork from it
+        "AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": json.dumps(CELERY_EXTRA_CONFIG),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         # seven Airflow processes on 2 cores: the api-server may take longer than the default 5 s
         # to answer a task's execution-API call (seen: discover killed on a ReadTimeout)

@@ -108,3 +108,14 @@ def test_run_report() -> None:
         ],
     }
     _check("run_report", run_report_text(report))
+
+
+def test_run_report_says_what_an_incomplete_listing_deleted() -> None:
+    """An events run lists only the named items: absence deletes nothing, but an item the source
+    reported gone is deleted, and the report must not say otherwise."""
+    counts = {"outcome": "success", "listing_complete": False, "unchanged": 1}
+    quiet = run_report_text({"run": _run("r2", "success", {**counts, "deleted": 0}, 2.0), "items": []})
+    deleting = run_report_text({"run": _run("r3", "success", {**counts, "deleted": 1}, 2.0), "items": []})
+    assert "listing incomplete: nothing deleted" in quiet
+    assert "listing incomplete: deletions only of items the source reported gone" in deleting
+    assert "nothing deleted" not in deleting

@@ -30,6 +30,7 @@ from include.staging.locations import location_name
 from include.stores import open_state_store
 from plugins.engine import packed, process, run_pipeline
 from plugins.engine import steps as engine_steps
+from plugins.engine.early import EarlyWork
 from plugins.engine.manifests import read_stage_manifest, write_stage_manifest
 from plugins.engine.packed import PackedReader, PackedWriter, UnstageableError
 from plugins.engine.records import StagedRef
@@ -174,10 +175,10 @@ def test_parse_stage_memory_is_about_one_part_and_one_document_not_the_batch(
     peaks: list[int] = []
     parse_stage = engine_steps.parse_stage
 
-    def measured(fetched: str, source: SourceConfig) -> str:
+    def measured(fetched: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
         tracemalloc.start()
         try:
-            return parse_stage(fetched, source)
+            return parse_stage(fetched, source, early)
         finally:
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
@@ -224,8 +225,8 @@ def test_a_part_with_metadata_nested_200000_deep_fails_its_items_as_staging_corr
     planted: list[str] = []
     parse_stage = engine_steps.parse_stage
 
-    def parse_then_plant(fetched: str, source: SourceConfig) -> str:
-        return _plant_deep_metadata(fetched, parse_stage(fetched, source), planted)
+    def parse_then_plant(fetched: str, source: SourceConfig, early: EarlyWork | None = None) -> str:
+        return _plant_deep_metadata(fetched, parse_stage(fetched, source, early), planted)
 
     monkeypatch.setattr(engine_steps, "parse_stage", parse_then_plant)
     src = SourceConfig(kind="files", name="deep", options={"root": str(docs)}, batch_size=4)

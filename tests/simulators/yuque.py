@@ -43,6 +43,8 @@ is uncertain the simulator is configurable, and says so):
   fixes the size), filtered by ``role``; a token outside the group gets ``members_outsider_status``
   (403), and ``member_errors`` = {(group, offset): status} fails those pages on every try;
   membership changes with :meth:`YuqueSimulator.add_member` / ``remove_member``;
+- ``doc_errors`` = {doc id: status} fails that doc's detail on every try and every route (a doc
+  the token may not read, 403, while its repo answers; a doc whose reads fail, 500);
 - lakesheet cells of the real classes (checkbox, select, link, image, file, formula) go through
   :func:`encode_lakesheet` as given (yuque-dl's real mock ``test/mocks/data/sheetData.json``).
 
@@ -99,6 +101,7 @@ class YuqueSimulator(YuqueSpace):
         self.oversize_only: Callable[[str], bool] | None = None  # which paths (all when None)
         self.members_outsider_status = 403  # a token neither the group nor a member lists members
         self.member_errors: dict[tuple[str, int], int] = {}  # (group, offset) -> status, always
+        self.doc_errors: dict[int, int] = {}  # doc id -> status of its detail, always
         self._recent: dict[str, list[float]] = {}
         # called after each answered request with its path: lets a test edit the space mid-walk
         self.on_request: Callable[[str], None] | None = None
@@ -318,6 +321,8 @@ class YuqueSimulator(YuqueSpace):
             return self._error(404, "Not Found")
         if not self._visible(login, repo):
             return self._hidden()
+        if (failing := self.doc_errors.get(doc.id)) is not None:
+            return self._error(failing, "Internal Server Error" if failing >= 500 else "无操作权限")
         try:
             page, page_size = int(q.get("page", 1)), int(q.get("page_size", 100))
         except ValueError:

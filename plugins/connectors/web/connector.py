@@ -72,6 +72,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class WebConnector(Connector):
     kind = "web"
     options_model = WebOptions
+    prepares = True  # each staged page, as the crawl stages it
 
     def __init__(self, source: SourceConfig, context: ConnectorContext | None = None) -> None:
         super().__init__(source, context)
@@ -189,6 +190,7 @@ class WebConnector(Connector):
                 spill=request.spill,
                 window=ModifiedWindow(request.window_start, request.window_end),
                 progress=request.progress,
+                prepare=request.prepare,
             )
             fetcher.delay_for = crawler.delay_for
             crawler.render = make_render_step(options, fetcher, crawler.robots, crawler._hop_refusal)

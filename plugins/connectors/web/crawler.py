@@ -164,6 +164,7 @@ class Crawler:
         spill: Spill | None = None,
         window: ModifiedWindow | None = None,
         progress: Callable[[Mapping[str, int]], None] | None = None,
+        prepare: Callable[[Change], None] | None = None,
     ) -> None:
         """``whole``: the source's scope when this crawl is one partition of it (``options``
         then hold that partition's seeds): links and redirects into the rest of it are handed
@@ -173,6 +174,7 @@ class Crawler:
         self.window = window or ModifiedWindow()  # a backfill's [start, end), judged by Last-Modified
         self.render = render  # None: render off, pages staged as fetched
         self.progress = progress  # running counts for a watching terminal (None: nobody watches)
+        self.prepare = prepare  # each staged page's change, as soon as it is final
         self.handoffs = HandoffSpool(spill)
         self.fetcher = fetcher
         self.cache = cache
@@ -537,6 +539,8 @@ class Crawler:
                 },
             )
         )
+        if staged is not None and self.prepare is not None:
+            self.prepare(self.result.changes[-1])
 
     def _on_gone(self, url: str, result: FetchResult) -> None:
         key = self._key_for(url)

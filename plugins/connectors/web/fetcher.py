@@ -39,6 +39,10 @@ __all__ = ["FetchResult", "Fetcher", "FetcherConfig"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_RETRY_AFTER_S = 60.0
+# A response closed before its end closes its connection too (httpcore cannot reuse it): a body
+# we do not want (a 304's none, a redirect's or error page's few bytes) is read to the end when
+# it is this small, so the next request reuses the connection instead of opening one.
+_DRAIN_LIMIT = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -281,6 +285,7 @@ class Fetcher:
             result.wire_bytes += response.num_bytes_downloaded
             return None
         finally:
+            await _drain(response)
             await response.aclose()
 
     @staticmethod
@@ -329,3 +334,19 @@ class Fetcher:
             raise _Final("unsupported_encoding", str(exc)) from exc
         except UndecodableBody as exc:
             raise _Final("protocol", str(exc)) from exc
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read an unread small body to its end (see ``_DRAIN_LIMIT``); a large or unknown-length one
+    is left for ``aclose`` to cut, connection and all. Errors are the close's business."""
+    if response.is_stream_consumed or response.is_closed:
+        return
+    length = response.headers.get("content-length")
+    no_body = response.status_code in (204, 304) or 100 <= response.status_code < 200
+    if not no_body and (length is None or not length.isdigit() or int(length) > _DRAIN_LIMIT):
+        return
+    try:
+        async for _ in response.aiter_raw():
+            pass
+    except httpx.HTTPError:
+        pass

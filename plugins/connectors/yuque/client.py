@@ -133,6 +133,7 @@ class YuqueClient:
             raise ValueError("max_response_bytes must be positive")
         self.max_response_bytes = max_response_bytes
         self.sent = 0  # HTTP requests sent (retries included): what a permission sync reports
+        self._account: dict[str, Any] | None = None  # the binding /user answer
         self._sleep = sleep
         self._http = httpx.Client(
             base_url=self.base_url,
@@ -157,6 +158,8 @@ class YuqueClient:
         except YuqueError:
             self._bind_pending = True  # bound on a later call
             raise
+        if isinstance(user, dict):
+            self._account = user
         if isinstance(user, dict) and user.get("id") is not None:
             self.budget.bind(str(user["id"]))
         self.budget.acquire()  # the /user request itself, counted (and paced) once bound
@@ -215,6 +218,13 @@ class YuqueClient:
 
     def get_user(self) -> dict[str, Any]:
         return self._data("/user")
+
+    def account(self) -> dict[str, Any]:
+        """The token's account (``/user``): the answer the budget was bound with when there is
+        one (the same request, not sent twice), else read now."""
+        if self._bind_pending:
+            self._bind()
+        return self._account if self._account is not None else self.get_user()
 
     def get_repo(self, ref: str | int) -> dict[str, Any]:
         return self._data(f"/repos/{ref}")
@@ -278,6 +288,10 @@ class YuqueClient:
 
     def get_doc(self, repo: str | int, doc: str | int, **params: Any) -> dict[str, Any]:
         return self._data(f"/repos/{repo}/docs/{doc}", params or None)
+
+    def get_doc_by_id(self, doc: int) -> dict[str, Any]:
+        """A doc's detail by its global id (``/repos/docs/:id``), whichever repo holds it now."""
+        return self._data(f"/repos/docs/{doc}")
 
     def iter_table_records(self, repo: str | int, doc: str | int, first: dict[str, Any]) -> Iterator[Any]:
         """Rows of a data table: the detail already holds page 1 of ``body_table``; page the rest."""

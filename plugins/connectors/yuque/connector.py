@@ -28,6 +28,9 @@ renamed to it through ``Discovery.renames``, keeping doc and chunk ids); version
 :mod:`.versions`. Discovery never downloads a body: an unchanged space costs, per repo, one
 incremental listing page, one tombstone listing and one TOC.
 
+A run limited to indexed docs (``only_keys``: change events) reads their details instead of
+listing repos (:mod:`.named`), falling back to the walk whenever a detail leaves anything open.
+
 The token comes from the Connection ``conn_id`` (default ``yuque_default``), read through
 ``include.connections`` when the first request needs a client (:mod:`.connection`).
 """
@@ -67,6 +70,7 @@ from plugins.connectors.yuque.formats import UnsupportedFormat, render_doc
 from plugins.connectors.yuque.headings import with_heading_path
 from plugins.connectors.yuque.lakesheet import LakesheetError
 from plugins.connectors.yuque.models import DocDetail, DocSummary, RecordError, parse_time
+from plugins.connectors.yuque.named import named_walk
 from plugins.connectors.yuque.options import YuqueOptions
 from plugins.connectors.yuque.permissions import AccessReader, access_metadata, list_group_members
 from plugins.connectors.yuque.versions import (
@@ -236,7 +240,9 @@ class YuqueConnector(Connector):
     def discover(self, request: DiscoveryRequest) -> Discovery:
         # when this walk began: what its reports vouch for (``l=``; see .walk, .versions)
         self._listed_at = _iso(datetime.now(UTC))
-        walk = self._walk(request)
+        # a run limited to indexed docs reads their details instead of listing repos (.named)
+        named = named_walk(self.client, self.options, request, self.log)
+        walk, deleted = named if named is not None else (self._walk(request), [])
         only = set(request.only_keys) if request.only_keys is not None else None
         current: dict[int, str] = {}
         for entry in walk.repos:
@@ -277,27 +283,33 @@ class YuqueConnector(Connector):
         changes.extend(unchanged)
         # tombstones of every indexed doc, also those withheld from ``known`` (named in only_keys)
         changes.extend(self._deletions(walk, set(known) | {renames.get(k, k) for k in request.stored}, all_keys))
-        stats = {
-            "repos": len(walk.repos),
-            "docs_listed": sum(len(e.docs) for e in walk.repos),
-            "drafts_skipped": sum(e.drafts for e in walk.repos),
-            "incremental_repos": walk.incremental_repos,
-            "full_listing_reasons": walk.full_reasons,  # namespace -> why (beyond "nothing known")
-            "renamed_keys": len(renames),
-            # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
-            "skipped": walk.skipped,
-            "incomplete_reasons": walk.incomplete_reasons,
-            "limits": self._limit_stats(),  # retry/yuque/*, ratelimit/yuque/*, as the web crawl's
-        }
+        changes.extend(deleted)  # named docs whose detail says they are gone
         if walk.skipped:
             self.log.warning("Yuque: %d list record(s) skipped", len(walk.skipped))
         return Discovery(
             changes,
             complete=walk.complete,
             all_keys=all_keys if walk.complete else None,
-            stats=stats,
+            stats=self._stats(walk, len(renames), len(deleted)),
             renames=renames,
         )
+
+    def _stats(self, walk: Walk, renamed: int, gone_by_detail: int) -> dict[str, Any]:
+        by_detail = [e for e in walk.repos if e.by_detail]
+        return {
+            "repos": len(walk.repos),
+            "docs_listed": sum(len(e.docs) for e in walk.repos if not e.by_detail),
+            # a run limited to indexed docs that read their details instead of listing (.named)
+            **({"docs_by_detail": sum(len(e.docs) for e in by_detail) + gone_by_detail} if by_detail else {}),
+            "drafts_skipped": sum(e.drafts for e in walk.repos),
+            "incremental_repos": walk.incremental_repos,
+            "full_listing_reasons": walk.full_reasons,  # namespace -> why (beyond "nothing known")
+            "renamed_keys": renamed,
+            # same shape as the engine plan's "skipped" entries: {"item_key", "reason"}
+            "skipped": walk.skipped,
+            "incomplete_reasons": walk.incomplete_reasons,
+            "limits": self._limit_stats(),  # retry/yuque/*, ratelimit/yuque/*, as the web crawl's
+        }
 
     def _deletions(self, walk: Walk, known: Iterable[str], alive: set[str]) -> list[Change]:
         """Explicit tombstones from ``?deleted=true`` (a restored doc is listed again and stays),

@@ -73,6 +73,11 @@ class RepoDocs:
     full: bool = False  # listed in full this run (else incrementally)
     previous: RepoCursor | None = None  # the cursor the last listing stamped
     cursor: RepoCursor | None = None  # the cursor this run's reports stamp (None: none)
+    by_detail: bool = False  # its docs were read one by one, not listed (:mod:`.named`)
+
+    def carry_cursor(self) -> None:
+        """Stamp the cursor a run that compared only some docs leaves: the count goes on."""
+        self.cursor = self.previous.advanced() if self.previous is not None else None
 
 
 @dataclass(slots=True)
@@ -86,7 +91,7 @@ class Walk:
 
     @property
     def incremental_repos(self) -> int:
-        return sum(1 for entry in self.repos if not entry.full)
+        return sum(1 for entry in self.repos if not entry.full and not entry.by_detail)
 
     def incomplete(self, reason: str) -> None:
         self.complete = False
@@ -190,7 +195,7 @@ class Walker:
             walk.incomplete(f"repo {repo.namespace}: {exc.message}")
             return
         if self.options.get("breadcrumbs", True):
-            entry.toc = self._toc(repo)
+            entry.toc = self.toc_of(repo)
         walk.repos.append(entry)
 
     def _incremental_since(self, entry: RepoDocs, walk: Walk, known: dict[str, VersionEvidence]) -> datetime | None:
@@ -213,11 +218,11 @@ class Walker:
         listing = self.client.list_docs(entry.repo.namespace)
         if not listing.complete:
             walk.incomplete(f"repo {entry.repo.namespace}: {listing.reason}")
-        self._keep_published(entry, self._summaries(entry.repo, walk, listing.records))
+        self.keep_published(entry, self._summaries(entry.repo, walk, listing.records))
         entry.unlisted = set()
         entry.full = True
         if not self.resets:  # only some docs were compared: the count goes on
-            entry.cursor = entry.previous.advanced() if entry.previous is not None else None
+            entry.carry_cursor()
         elif listing.complete and entry.repo.items_count is not None:
             shown = {d.id for d in entry.docs} | {
                 doc_id_of(k) for k in walk.extra_keys if book_id_of(k) == entry.repo.id
@@ -238,7 +243,7 @@ class Walker:
         if not listing.complete or probe.skipped:
             walk.full_reasons[ns] = "the incremental listing was incomplete or had unreadable records"
             return False
-        self._keep_published(entry, docs)  # drafts are in the offset, not in the listed docs
+        self.keep_published(entry, docs)  # drafts are in the offset, not in the listed docs
         gone = {t.id for t in entry.tombstones}
         alive = (entry.known_ids | {d.id for d in entry.docs}) - gone
         if len(alive) + previous.count_offset != items_count:
@@ -278,7 +283,7 @@ class Walker:
             except YuquePermissionError as exc:
                 walk.incomplete(f"repo {entry.repo.namespace}: {exc.message}")
 
-    def _keep_published(self, entry: RepoDocs, docs: list[DocSummary]) -> None:
+    def keep_published(self, entry: RepoDocs, docs: list[DocSummary]) -> None:
         """Drafts (``status`` 0, never published) are not indexed unless ``include_drafts``."""
         entry.docs = [d for d in docs if d.status != 0 or self.include_drafts]
         entry.drafts = len(docs) - len(entry.docs)
@@ -330,7 +335,7 @@ class Walker:
                 continue
         return out
 
-    def _toc(self, repo: Repo) -> dict[int, list[str]] | None:
+    def toc_of(self, repo: Repo) -> dict[int, list[str]] | None:
         try:
             raw_toc = self.client.get_toc(repo.namespace)
         except YuqueError as exc:

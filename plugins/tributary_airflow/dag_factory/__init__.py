@@ -1,6 +1,6 @@
 """Build one sync DAG per configured source: ``sync_<kind>_<name>``.
 
-    discover -> fetch (mapped over batches) -> parse -> chunk -> upsert -> commit -> summary
+    discover -> [fetch -> parse -> chunk -> upsert] (one lane per batch) -> commit -> summary
 
 and one permissions DAG, ``perms_<kind>_<name>`` (``sync_groups -> sync_permissions`` every
 ``permission_sync_minutes``), per source that has permissions to keep current (``permissions.py``).

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Asset, BaseOperator, XComArg
+from airflow.sdk import DAG, Asset, BaseOperator, XComArg, task_group
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from include.config import SourceConfig, load_sources_report
@@ -17,7 +17,7 @@ from plugins.connectors.base import source_partitions, syncs_permissions, valida
 from plugins.tributary_airflow.callbacks import on_dag_failure, on_task_failure
 from plugins.tributary_airflow.dag_factory.events import with_events
 from plugins.tributary_airflow.dag_factory.params import DAG_DOC, trigger_params
-from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag, task_limits
+from plugins.tributary_airflow.dag_factory.permissions import build_permissions_dag, permissions_dag_id, task_limits
 from plugins.tributary_airflow.operators.sync import (
     ChunkOperator,
     CommitStateOperator,
@@ -123,7 +123,7 @@ def _dag(source: SourceConfig) -> DAG:
 
 
 def build_dag(source: SourceConfig) -> DAG:
-    """discover -> fetch (mapped over batches) -> parse -> chunk [-> embed] -> upsert -> commit -> summary.
+    """discover -> [fetch -> parse -> chunk [-> embed] -> upsert] (one lane per batch) -> commit -> summary.
 
     ``embed`` (mapped over batches like its neighbours) only when the source's embedding is
     enabled: a BM25-only source's DAG has no task that would do nothing. Such a source also has
@@ -134,12 +134,7 @@ def build_dag(source: SourceConfig) -> DAG:
     sid = source.source_id
     with _dag(source) as dag:
         discover = _discover_tasks(source)
-        fetched = fetch_operator(source).partial(task_id="fetch", source=sid).expand(batch=discover.output)
-        parsed = ParseOperator.partial(task_id="parse", source=sid).expand(manifest=fetched.output)
-        indexed = ChunkOperator.partial(task_id="chunk", source=sid).expand(manifest=parsed.output)
-        if source.embedding.enabled:
-            indexed = EmbedOperator.partial(task_id="embed", source=sid).expand(manifest=indexed.output)
-        upserted = UpsertOperator.partial(task_id="upsert", source=sid).expand(manifest=indexed.output)
+        upserted = _batch_lane(source).expand(batch=discover.output)
         commit = CommitStateOperator(
             task_id="commit", source=sid, manifests=upserted.output, plan=XComArg(discover, key="plan")
         )
@@ -149,6 +144,36 @@ def build_dag(source: SourceConfig) -> DAG:
             discover >> ReembedOperator(task_id="reembed", source=sid) >> commit
         RunSummaryOperator(task_id="summary", source=sid, counts=commit.output, outlets=[index_asset(source)])
     return dag
+
+
+def _manifest(task: BaseOperator) -> Any:
+    """The manifest path ``task`` returns, as the next task's argument (resolved at run time)."""
+    return task.output
+
+
+def _batch_lane(source: SourceConfig) -> Any:
+    """One batch's ``fetch -> parse -> chunk [-> embed] -> upsert``, as a task group mapped over
+    the batches (``.expand(batch=...)``): batch *i*'s parse waits for batch *i*'s fetch only.
+
+    Mapping each task over the previous task's output instead would make every stage a barrier:
+    no batch is parsed before every batch is fetched, and so on down the chain, so the workers
+    idle at each stage's tail and between stages. The task ids stay ``fetch``, ``parse``...
+    (``prefix_group_id=False``), each with its map index, retries and lineage as before."""
+    sid = source.source_id
+
+    # later stages first: the scheduler queues a ready parse before a ready fetch of another
+    # batch (with a slot limit, README "Distributed deployment"), so batches finish one by one
+    # instead of every batch being fetched before any is parsed ("downstream", the default)
+    @task_group(group_id="batch", prefix_group_id=False, default_args={"weight_rule": "upstream"})
+    def batch_lane(batch: str) -> Any:
+        fetched = fetch_operator(source)(task_id="fetch", source=sid, batch=batch)
+        parsed = ParseOperator(task_id="parse", source=sid, manifest=_manifest(fetched))
+        indexed: BaseOperator = ChunkOperator(task_id="chunk", source=sid, manifest=_manifest(parsed))
+        if source.embedding.enabled:
+            indexed = EmbedOperator(task_id="embed", source=sid, manifest=_manifest(indexed))
+        return UpsertOperator(task_id="upsert", source=sid, manifest=_manifest(indexed))
+
+    return batch_lane
 
 
 def _discover_tasks(source: SourceConfig) -> DiscoverOperator:
@@ -187,20 +212,24 @@ def check_sources(sources_file: Path | None = None) -> None:
         raise InvalidSourcesError(f"{len(errors)} source(s) have no DAG until fixed ({names}):\n{lines}")
 
 
-def build_dags(sources_file: Path | None = None) -> dict[str, DAG]:
+def build_dags(sources_file: Path | None = None, only: str | None = None) -> dict[str, DAG]:
     """Every valid configured source's DAG, keyed by DAG id, and the permissions DAG
     (``perms_<kind>_<name>``) of each source with permissions to keep current
     (:func:`~plugins.connectors.base.syncs_permissions`).
 
-    An invalid source (a typo'd option, a credential in the config...) gets no DAG; it is logged
-    here and reported as an import error by :func:`check_sources`.
+    ``only`` (a DAG id) builds that DAG alone: a task process parses the DAG file to run one
+    task of one DAG (``get_parsing_context().dag_id``), and building every source's DAG for it
+    costs every task start. An invalid source (a typo'd option, a credential in the config...)
+    gets no DAG; it is logged here and reported as an import error by :func:`check_sources`.
     """
     sources, errors = load_sources_report(sources_file or get_settings().sources_file, validate_source_options)
     for error in errors:
         log.error("source not built: %s", error.message)
-    dags = {src.dag_id: build_dag(src) for src in sources}
+    dags: dict[str, DAG] = {}
     for src in sources:
-        if syncs_permissions(src):
+        if only in (None, src.dag_id):
+            dags[src.dag_id] = build_dag(src)
+        if syncs_permissions(src) and only in (None, permissions_dag_id(src)):
             perms = build_permissions_dag(src)
             dags[perms.dag_id] = perms
     return dags

@@ -99,7 +99,7 @@ DAG_DOC = """\
 Keeps the `{index}` index ({backend}) in sync with this {kind} source, pulling only what
 changed since the last successful run.
 
-`discover` → `fetch` (mapped over batches of {batch_size}) → `parse` → `chunk` →{embed} `upsert` →
+`discover` → one lane per batch of {batch_size}: `fetch` → `parse` → `chunk` →{embed} `upsert` →
 `commit` (state is committed only after the index write succeeded) → `summary`.
 
 Trigger with a config to override: `full_resync`, `dry_run`, `max_items`, `window_start` /

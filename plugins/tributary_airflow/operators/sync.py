@@ -13,6 +13,9 @@ can be dropped into any DAG::
     upserted = UpsertOperator.partial(task_id="upsert", source="web:demo").expand(manifest=embedded.output)
     upserted >> CommitStateOperator(task_id="commit", source="web:demo") >> RunSummaryOperator(...)
 
+The DAG factory puts fetch to upsert in a task group mapped over the batches instead (one
+lane per batch: batch *i*'s parse waits for batch *i*'s fetch, not for every fetch); mapped one
+by one as above, each stage waits for the whole previous stage.
 ``embed`` is there only for a source with ``embedding`` enabled; without it ``upsert`` maps over
 ``chunk``'s manifests. Such a source also has ``ReembedOperator`` (``discover >> reembed >>
 commit``): unchanged items needing new vectors only, re-embedded from their indexed chunk texts. A partitioned source (a web source over several hosts) opens the run with
@@ -217,7 +220,10 @@ class CommitStateOperator(StepOperator):
         self.plan = plan
 
     def make_step(self, ctx: RunContext) -> CommitStep:
-        manifests = [str(m) for m in (self.manifests or ()) if m]
+        # the batch lane is a mapped task group: from outside it, its upserts' refs arrive as a
+        # list, except for a run of one batch, whose one ref Airflow hands over bare
+        refs = [self.manifests] if isinstance(self.manifests, str) else (self.manifests or ())
+        manifests = [str(m) for m in refs if m]
         return CommitStep(ctx, self.index_hook.get_conn, manifests, str(self.plan) if self.plan else None)
 
     def xcom_value(self, result: CountsResult, context: Context) -> dict[str, Any]:
