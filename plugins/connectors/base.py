@@ -54,6 +54,7 @@ __all__ = [
     "AccessReading",
     "AccessRequest",
     "CallbackSetup",
+    "Committed",
     "Connector",
     "ConnectorContext",
     "Discovery",
@@ -148,6 +149,16 @@ class AccessRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """What a run's commit left in the index, for a connector's upkeep after it
+    (:meth:`Connector.after_commit`): every key of the source now indexed, and the discovery
+    metadata of those this run saw (an ``only_keys`` run sees a few)."""
+
+    indexed: frozenset[str]
+    metadata: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class GroupListing:
     """Every group of a source and its members, flattened (nested departments resolved):
@@ -214,6 +225,11 @@ class Connector(abc.ABC):
         """The source's groups and their members, for searches to expand; None: the source
         has no groups of its own (a web site; the principals file's static groups serve it)."""
         return None
+
+    def after_commit(self, committed: Committed) -> dict[str, Any]:
+        """Upkeep at the service once the index holds ``committed`` (Feishu keeps its event
+        subscriptions in step). Counts for the run log; it must never fail the run. Default: none."""
+        return {}
 
     def partitions(self) -> list[str]:
         """Disjoint parts of the source the engine may discover in parallel (``[]``: one

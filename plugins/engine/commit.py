@@ -38,6 +38,7 @@ from plugins.engine.reaper import retains_raw
 from plugins.engine.records import ItemRecord, RunPlan
 from plugins.engine.reembed import commit_reembedded, reembedded_manifest
 from plugins.engine.retention import prune_source
+from plugins.engine.upkeep import after_commit
 
 __all__ = [
     "MissingManifestsError",
@@ -143,6 +144,7 @@ def commit_stage(ctx: RunContext, store: StateStore, index_factory: Callable[[],
     commit_access(access, sid, access_store, index_factory)
     store.record_run_items(ctx.run_id, sid, book.lineage)
     result = _judged(run_counts(plan, manifests, book), book.reasons)
+    result.update(after_commit(ctx, store, [*written, *unchanged]))  # e.g. Feishu's event subscriptions
     log.info("%s: committed %s", sid, result)
     return result
 

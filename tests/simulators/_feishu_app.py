@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from tests.simulators._feishu_events import subscription_routes
 from tests.simulators._feishu_hostile import HostileBodies
 from tests.simulators._feishu_perms import permission_routes
 from tests.simulators.feishu import _ALLOWED_EXT, _JOB_MSG, _MIME, META_DOC_TYPES, ONLINE_TYPES, _Task
@@ -29,6 +30,7 @@ def build_app(sim: FeishuSimulator) -> FastAPI:
         _wiki_routes,
         _docs_routes,
         permission_routes,
+        subscription_routes,
         _control_routes,
     ):
         register(app, sim)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.simulators._yuque_bodies import EPOCH, body_sheet_of, encode_lakesheet, iso, laketable_bodies, toc_nodes
+from tests.simulators._yuque_hooks import YuqueWebhooks
 from tests.support.leakscan import register_secret
 
 __all__ = ["SimDoc", "SimRepo", "YuqueSpace"]
@@ -88,6 +89,7 @@ class YuqueSpace:
         self._clock = EPOCH
         self._ids = 1000
         self._lock = threading.Lock()
+        self.webhooks = YuqueWebhooks(self)  # per-repo webhook URLs and their deliveries
 
     # ------------------------------------------------------------------ space building
 
@@ -160,18 +162,21 @@ class YuqueSpace:
             doc_id, slug or f"doc-{doc_id}", title, created_at=now, updated_at=now, content_updated_at=now, **kw
         )
         repo.docs[doc.id] = doc
+        self.webhooks.emit(doc, "publish")
         return doc
 
     def edit_doc(self, doc: SimDoc, **changes: Any) -> None:
         for key, value in changes.items():
             setattr(doc, key, value)
         doc.updated_at = doc.content_updated_at = self.tick()
+        self.webhooks.emit(doc, "update")
 
     def edit_meta(self, doc: SimDoc, **changes: Any) -> None:
         """A metadata-only edit (slug, title in some clients): ``updated_at`` moves alone."""
         for key, value in changes.items():
             setattr(doc, key, value)
         doc.updated_at = self.tick()
+        self.webhooks.emit(doc, "update")
 
     def move_doc(self, doc: SimDoc, toc_path: list[str] | None) -> None:
         """Move the doc in its repo's TOC (content untouched)."""
@@ -204,6 +209,7 @@ class YuqueSpace:
 
     def delete_doc(self, doc: SimDoc) -> None:
         doc.deleted_at = self.tick()
+        self.webhooks.emit(doc, "delete")
 
     def reset_counters(self) -> None:
         with self._lock:

@@ -19,6 +19,9 @@ Implements the calls a drive sync makes, with the documented shapes and codes:
 - ``GET /open-apis/wiki/v2/spaces/:space_id/nodes``.
 - permissions and the directory (collaborators, public settings, wiki space members, chats,
   departments): ``_feishu_perms``.
+- drive event subscriptions and callbacks (``subscribe`` / ``get_subscribe`` /
+  ``delete_subscribe``; edits, renames, trashes, deletions and permission changes pushed to a
+  configured URL): ``_feishu_events`` (:attr:`FeishuSimulator.events`).
 - 429 bursts with ``x-ogw-ratelimit-reset`` (:meth:`burst`), optional enforcement of per-API
   limits (``enforce_limits``), and counters the tests read (:attr:`counters`); hostile bodies
   (padded JSON, gzip-of-gzip downloads: :attr:`hostile`, see ``_feishu_hostile``).
@@ -30,7 +33,6 @@ multi-process tests and the demo). ``python -m tests.simulators.feishu --port N`
 from __future__ import annotations
 
 import argparse
-import io
 import itertools
 import secrets
 import threading
@@ -43,6 +45,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from tests.simulators._feishu_events import FeishuEvents
 from tests.simulators._feishu_hostile import HostileAnswers
 from tests.simulators._feishu_perms import SimPermissions
 from tests.support.leakscan import register_secret
@@ -205,6 +208,7 @@ class FeishuSimulator:
         self.export_creations_by_token: Counter = Counter()
         self.root_token = f"nodcnSimRoot{secrets.token_hex(6)}"  # what root_folder/meta answers
         self.listing_hooks: list[Any] = []  # fn(folder, page_number) after a page is served
+        self.events = FeishuEvents(self)  # subscriptions and callback delivery
         self.app = self._build_app()
 
     # ----------------------------------------------------------------- control
@@ -220,7 +224,8 @@ class FeishuSimulator:
             token = kw.pop("token", None) or self._new_token(kind)
             t = int(kw.pop("modified_time", None) or self.now())
             self.items[token] = SimItem(token, name, kind, parent, content, t, t, **kw)
-            return token
+        self.events.created_in_folder(token, kind, parent)
+        return token
 
     def add_folder(self, name: str, parent: str = "", **kw: Any) -> str:
         return self.add("folder", name, parent, **kw)
@@ -249,10 +254,36 @@ class FeishuSimulator:
             item.content = content
             item.modified_time = modified_time or max(int(self.now()), item.modified_time + 1)
             item.revision += 1
+        self.events.file_event("edit_v1", token)
+
+    def rename(self, token: str, name: str) -> None:
+        with self._lock:
+            item = self.items[token]
+            item.name, item.modified_time = name, max(int(self.now()), item.modified_time + 1)
+        self.events.file_event("title_updated_v1", token)
 
     def trash(self, token: str) -> None:
         with self._lock:
             self.items[token].trashed = True
+        self.events.file_event("trashed_v1", token)
+
+    def delete(self, token: str) -> None:
+        """Deleted for good (past the trash): gone from every API, its subscription with it."""
+        self.events.file_event("deleted_v1", token)
+        with self._lock:
+            self.items.pop(token, None)
+            self.events.subscribed.pop(token, None)
+
+    def share(self, token: str, member: tuple[str, str], *, added: bool = True) -> None:
+        """Add (or remove) a collaborator ``(member_type, member_id)`` of a document."""
+        with self._lock:
+            members = self.perms.members.setdefault(token, [])
+            if added and member not in members:
+                members.append(member)
+            elif not added and member in members:
+                members.remove(member)
+        kind = "permission_member_added_v1" if added else "permission_member_removed_v1"
+        self.events.file_event(kind, token, user_list=[{"open_id": member[1]}] if member[0] == "openid" else [])
 
     def unshare(self, token: str) -> None:
         with self._lock:
@@ -395,50 +426,9 @@ class FeishuSimulator:
         return out
 
     def _render(self, item: SimItem, ext: str, sub_id: str | None = None) -> bytes:
-        if ext == "docx":
-            import docx
+        from tests.simulators._feishu_render import render
 
-            document = docx.Document()
-            document.core_properties.title = item.name
-            for line in str(item.content or "").splitlines():
-                if line.startswith("# "):
-                    document.add_heading(line[2:], level=1)
-                elif line.strip():
-                    document.add_paragraph(line)
-            buf = io.BytesIO()
-            document.save(buf)
-            return buf.getvalue()
-        if ext == "xlsx":
-            import openpyxl
-
-            wb = openpyxl.Workbook()
-            wb.remove(wb.active)
-            for title, rows in self.sheets_of(item):
-                ws = wb.create_sheet(title)
-                for row in rows:
-                    ws.append(list(row))
-            buf = io.BytesIO()
-            wb.save(buf)
-            return buf.getvalue()
-        if ext == "csv":
-            import csv
-
-            pairs = zip(self.sheets_of(item), self.sheet_ids(item), strict=True)
-            rows = next((r for (_title, r), sid in pairs if sid == sub_id), [])
-            out = io.StringIO()
-            csv.writer(out).writerows(rows)
-            return out.getvalue().encode("utf-8")
-        if ext == "pptx":
-            import pptx
-
-            deck = pptx.Presentation()
-            for line in str(item.content or "").splitlines():
-                slide = deck.slides.add_slide(deck.slide_layouts[1])
-                slide.shapes.title.text = line
-            buf = io.BytesIO()
-            deck.save(buf)
-            return buf.getvalue()
-        return str(item.content).encode("utf-8")
+        return render(self, item, ext, sub_id)
 
     @staticmethod
     def sheets_of(item: SimItem) -> list[tuple[str, list]]:

@@ -40,6 +40,9 @@ DEFAULT_LIMITS: dict[str, tuple[tuple[int, float], ...]] = {
     "user_token": ((50, 1.0), (1000, 60.0)),
     # root_folder/meta documents no limit: a conservative guess, overridable with rate_limits.
     "root_meta": ((5, 1.0),),
+    # drive-v1 file subscribe / get_subscribe / delete_subscribe (issue 37): the brief's
+    # 1000/min and 50/s (their pages' limit could not be fetched here); one budget for the three.
+    "subscribe": ((50, 1.0), (1000, 60.0)),
     # Permission and directory reads (issue 35). Their pages document no limit we could check:
     # the drive tier of 50/s and 1000/min is assumed, overridable with rate_limits; a server 429
     # is still honoured through its reset hint.

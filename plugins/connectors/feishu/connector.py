@@ -49,6 +49,7 @@ from include.settings import get_settings
 from include.stores.source_notes import SourceNotes
 from plugins.connectors.base import (
     AccessRequest,
+    Committed,
     Connector,
     ConnectorContext,
     Discovery,
@@ -76,6 +77,7 @@ from plugins.connectors.feishu.options import FeishuOptions
 from plugins.connectors.feishu.permissions import AccessReader, access_metadata
 from plugins.connectors.feishu.pipeline import download_ticket, join_csv, run_exports
 from plugins.connectors.feishu.slides import SKIP_REASON, SlidesGate
+from plugins.connectors.feishu.subscriptions import maintain_subscriptions
 
 __all__ = ["FeishuConnector", "default_tenant_url"]
 
@@ -469,6 +471,10 @@ class FeishuConnector(Connector):
 
     def fetch(self, change: Change) -> RawDocument:
         return self._export_one(change) if self.is_export(change) else self._direct(change)
+
+    def after_commit(self, committed: Committed) -> dict[str, Any]:
+        """Drive event subscriptions kept in step with the index (:mod:`.subscriptions`)."""
+        return maintain_subscriptions(self, committed)
 
     # ----------------------------------------------------------------- permissions
 

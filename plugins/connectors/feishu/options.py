@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from include.config import EngineOptions
 
-__all__ = ["FeishuClientOptions", "FeishuOptions"]
+__all__ = ["FeishuClientOptions", "FeishuOptions", "FeishuSubscriptionOptions"]
 
 
 class FeishuClientOptions(BaseModel):
@@ -26,6 +26,19 @@ class FeishuClientOptions(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1)
     rate_limit_max_wait: float | None = Field(default=None, ge=0)
     token_margin: float | None = Field(default=None, ge=0)
+
+
+class FeishuSubscriptionOptions(BaseModel):
+    """``options.subscriptions``: how the sync keeps drive event subscriptions (issue 37; only
+    when the source's ``events`` are on with ``subscribe``). ``max_requests_per_run``: subscribe,
+    re-check and unsubscribe requests one run may send (under a minute of the API's 1000/min;
+    the rest wait for the next run); ``recheck_days``: a subscription confirmed longer ago is
+    checked again with get_subscribe (and a failed one tried again)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    max_requests_per_run: int = Field(default=900, ge=1, le=100_000)
+    recheck_days: float = Field(default=7.0, gt=0, le=365)
 
 
 class FeishuOptions(EngineOptions):
@@ -65,3 +78,4 @@ class FeishuOptions(EngineOptions):
     export_resume_after_done_seconds: float | None = Field(default=120, gt=0)
     client: FeishuClientOptions = Field(default_factory=FeishuClientOptions)
     rate_limits: dict[str, list[tuple[int, float]]] = Field(default_factory=dict)
+    subscriptions: FeishuSubscriptionOptions = Field(default_factory=FeishuSubscriptionOptions)

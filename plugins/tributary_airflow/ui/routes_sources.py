@@ -15,6 +15,7 @@ from include.config import SourceConfig
 from include.stores import StateStore
 from include.stores.browse import last_run, source_totals
 from include.stores.events import EventStore
+from include.stores.subscriptions import SubscriptionStore
 from plugins.engine import lineage
 from plugins.engine.access import source_visibility
 from plugins.tributary_airflow.ui import airflow_api, views
@@ -63,7 +64,15 @@ def source_summary(store: StateStore, config: SourceConfig, now: dt.datetime) ->
         "totals": source_totals(store, config.source_id, config.engine_options.quarantine_after),
         "access": source_visibility(store, config.source_id),
         "events": _events(store, config),
+        "subscriptions": _subscriptions(store, config),
     }
+
+
+def _subscriptions(store: StateStore, config: SourceConfig) -> dict[str, Any] | None:
+    """Event subscriptions the source holds at its service (Feishu with events on), else None."""
+    if config.kind != "feishu" or not (config.events.enabled and config.events.subscribe):
+        return None
+    return SubscriptionStore(store).summary(config.source_id)
 
 
 def _events(store: StateStore, config: SourceConfig) -> dict[str, Any]:
