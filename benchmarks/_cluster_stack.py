@@ -44,7 +44,7 @@ def worker_hostname() -> str:
 
 def worker_settings() -> dict[str, str]:
     """The deployment's task start-up settings (docker-compose.yaml's; README, "Distributed deployment")."""
-    from plugins.tributary_airflow.worker_preload import CELERY_EXTRA_CONFIG
+    from plugins.tributary_airflow.workers.preload import CELERY_EXTRA_CONFIG
 
     return {"AIRFLOW__CELERY__EXTRA_CELERY_CONFIG": json.dumps(CELERY_EXTRA_CONFIG)}
 

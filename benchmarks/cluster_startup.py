@@ -8,7 +8,7 @@ server, in CPU seconds of the forked child (``RUSAGE_SELF`` read in it), so the 
 a loaded machine:
 
 - **cold**: the parent has only what Airflow's ``celery worker`` imports itself;
-- **preloaded**: the parent ran :func:`plugins.tributary_airflow.worker_preload.preload` first
+- **preloaded**: the parent ran :func:`plugins.tributary_airflow.workers.preload.preload` first
   (what ``AIRFLOW__CELERY__EXTRA_CELERY_CONFIG`` makes each worker do), as the deployment runs.
 
 Each variant runs in its own fresh interpreter (one parent per variant, ``ROUNDS`` forks each).
@@ -47,7 +47,7 @@ import json, os, resource, sys, time
 import airflow.providers.celery.executors.celery_executor_utils  # the worker's own imports
 import airflow.sdk.execution_time.supervisor
 if sys.argv[1] == "preloaded":
-    from plugins.tributary_airflow.worker_preload import preload
+    from plugins.tributary_airflow.workers.preload import preload
     preload()
 
 def task_start():

@@ -39,7 +39,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from plugins.tributary_airflow.worker_preload import CELERY_EXTRA_CONFIG
+from plugins.tributary_airflow.workers.preload import CELERY_EXTRA_CONFIG
 from tests.conftest import ROOT
 from tests.support.airflow_stack import component_env, trigger_and_wait
 from tests.support.postgres import scratch_database

@@ -419,11 +419,11 @@ def test_every_service_gets_what_the_code_reads(compose: dict[str, Any]) -> None
 def test_the_workers_preload_what_every_task_would_load(compose: dict[str, Any]) -> None:
     """Each worker's Celery imports the preload module (the config the code defines), so its pool
     forks with the DAG factory, steps and plugins loaded instead of every task process loading them."""
-    from plugins.tributary_airflow.worker_preload import CELERY_EXTRA_CONFIG
+    from plugins.tributary_airflow.workers.preload import CELERY_EXTRA_CONFIG
 
     for name in ("airflow-worker-1", "airflow-worker-2"):
         extra = json.loads(compose["services"][name]["environment"]["AIRFLOW__CELERY__EXTRA_CELERY_CONFIG"])
-        assert extra == CELERY_EXTRA_CONFIG == {"imports": ["plugins.tributary_airflow.worker_preload"]}, name
+        assert extra == CELERY_EXTRA_CONFIG == {"imports": ["plugins.tributary_airflow.workers.preload"]}, name
 
 
 # --- a compose client ----------------------------------------------------------------------

@@ -8,7 +8,8 @@ the modules, copy-on-write). :data:`CELERY_EXTRA_CONFIG` names this module in Ce
 ``imports``, and importing it connects :func:`preload` to ``worker_init`` (sent once the worker has
 imported its ``imports``, before its pool starts); :func:`preload` is also callable directly.
 
-Nothing here connects to anything or starts a thread: a fork must not inherit either.
+Nothing here connects to anything or starts a thread: a fork must not inherit either. The
+module's own imports are part of the preload (Celery imports it in the worker's main process).
 """
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ import logging
 import time
 from typing import Any
 
+from airflow.sdk.listener import get_listener_manager
+from airflow.sdk.plugins_manager import integrate_macros_plugins
 from celery.signals import worker_init
+from sqlalchemy.engine import make_url
+
+from include.config import load_sources_report
+from include.index import backend_class
+from include.settings import get_settings
+from plugins.chunkers.registry import get_chunker
+from plugins.chunkers.tokenizer import get_encoding
+from plugins.connectors.base import get_connector_class, validate_source_options
+from plugins.parsers.registry import load_builtins
+from plugins.tributary_airflow.dag_factory import build_dags
 
 log = logging.getLogger(__name__)
 
@@ -54,26 +67,12 @@ def _load_airflow_plugins() -> None:
     """Airflow's plugin scan (the plugins folder's entry point, which builds the audit app, and the
     providers' plugins) and the listeners it registers (OpenLineage's): every task process
     otherwise runs both before its first log line. Both are cached for the process's life."""
-    from airflow.sdk.listener import get_listener_manager
-    from airflow.sdk.plugins_manager import integrate_macros_plugins
-
     get_listener_manager()
     integrate_macros_plugins()
 
 
 def _load_configured() -> None:
     """The connector, index backend and chunker of every configured source, and the tokenizer."""
-    from sqlalchemy.engine import make_url
-
-    from include.config import load_sources_report
-    from include.index import backend_class
-    from include.settings import get_settings
-    from plugins.chunkers.registry import get_chunker
-    from plugins.chunkers.tokenizer import get_encoding
-    from plugins.connectors.base import get_connector_class, validate_source_options
-    from plugins.parsers.registry import load_builtins
-    from plugins.tributary_airflow.dag_factory import build_dags
-
     load_builtins()
     # building the DAGs loads what a task's DAG-file parse would: the operators of the configured
     # kinds, and the providers' asset URI handlers (the index asset), which import every installed

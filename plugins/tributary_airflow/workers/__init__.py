@@ -1,0 +1,1 @@
+"""What Celery workers of Tributary load before they fork their task processes."""
