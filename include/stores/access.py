@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
 from include.acl import AccessControl, Visibility
-from include.stores.schema import create_side_tables
-from include.stores.state import StateStore, _batched, _upsert_rows
+from include.stores.side import SideStore
+from include.stores.state import _batched, _upsert_rows
 
 __all__ = ["AccessStore", "StoredAccess"]
 
@@ -116,21 +115,10 @@ class StoredAccess:
         return self.previous if self.run_id == run_id else self.access
 
 
-class AccessStore:
+class AccessStore(SideStore):
     """Stored permissions and group memberships; shares the state store's engine."""
 
-    def __init__(self, state: StateStore | str) -> None:
-        self._own: StateStore | None = None
-        if isinstance(state, str):
-            state = self._own = StateStore(state)
-        self.state = state
-        self.engine: Engine = state.engine
-        create_side_tables(self.engine, _meta)
-
-    def close(self) -> None:
-        """Closes the state store only when this store opened it (from a URL)."""
-        if self._own is not None:
-            self._own.close()
+    metadata = _meta
 
     # ---------------------------------------------------------------------------- documents
     def get(self, source: str, item_keys: Iterable[str] | None = None) -> dict[str, StoredAccess]:

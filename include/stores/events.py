@@ -31,10 +31,9 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
 
-from include.stores.schema import create_side_tables
-from include.stores.state import StateStore
+from include.event_refusals import Expired
+from include.stores.side import SideStore
 
 __all__ = [
     "EVENT_MEMORY",
@@ -45,6 +44,7 @@ __all__ = [
     "EventStats",
     "EventStore",
     "RecordResult",
+    "check_event_age",
     "purpose_of",
 ]
 
@@ -102,6 +102,16 @@ counters_table = sa.Table(
     sa.Column("count", sa.Integer, nullable=False),
     sa.Column("last_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+
+def check_event_age(seconds: float, now: float, max_skew: float, what: str) -> None:
+    """An event's own time (epoch seconds): not ahead of now by more than the skew, and no older
+    than the event store remembers ids (``EVENT_MEMORY``). A redelivery hours after an outage is
+    still taken; a replay older than the de-duplication memory is not."""
+    if seconds - now > max_skew:
+        raise Expired(f"{what} is {seconds - now:.0f}s in the future (allowed {max_skew:g}s)")
+    if now - seconds > EVENT_MEMORY.total_seconds():
+        raise Expired(f"{what} is older than the {EVENT_MEMORY.days} days event ids are remembered")
 
 
 def purpose_of(kind: str) -> Purpose:
@@ -198,20 +208,10 @@ class EventStats:
         }
 
 
-class EventStore:
+class EventStore(SideStore):
     """Stored events of all sources; shares the state store's engine (thread-safe through its pool)."""
 
-    def __init__(self, state: StateStore | str) -> None:
-        self._own: StateStore | None = None
-        if isinstance(state, str):
-            state = self._own = StateStore(state)
-        self.engine: Engine = state.engine
-        create_side_tables(self.engine, _meta)
-
-    def close(self) -> None:
-        """Closes the state store only when this store opened it (from a URL)."""
-        if self._own is not None:
-            self._own.close()
+    metadata = _meta
 
     # ------------------------------------------------------------------------------ receive
     def record(self, source: str, hints: Sequence[EventHint], now: dt.datetime | None = None) -> RecordResult:

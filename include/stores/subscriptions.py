@@ -19,10 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
 
-from include.stores.schema import create_side_tables
-from include.stores.state import StateStore
+from include.stores.side import SideStore
 
 __all__ = ["Subscription", "SubscriptionStore"]
 
@@ -66,20 +64,10 @@ class Subscription:
     last_error: str | None = None
 
 
-class SubscriptionStore:
+class SubscriptionStore(SideStore):
     """Subscriptions of all sources; shares the state store's engine."""
 
-    def __init__(self, state: StateStore | str) -> None:
-        self._own: StateStore | None = None
-        if isinstance(state, str):
-            state = self._own = StateStore(state)
-        self.engine: Engine = state.engine
-        create_side_tables(self.engine, _meta)
-
-    def close(self) -> None:
-        """Closes the state store only when this store opened it (from a URL)."""
-        if self._own is not None:
-            self._own.close()
+    metadata = _meta
 
     def all(self, source: str) -> dict[str, Subscription]:
         """Every row of ``source`` (active or failed), by token."""

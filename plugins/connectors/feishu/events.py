@@ -52,7 +52,7 @@ from include.event_refusals import (
     UnknownEventType,
     WrongSource,
 )
-from include.stores.events import EVENT_MEMORY, EventHint, EventKind
+from include.stores.events import EventHint, EventKind, check_event_age
 from plugins.connectors.base import CallbackSetup
 from plugins.connectors.feishu.connection import DEFAULT_CONN_ID
 
@@ -174,16 +174,6 @@ def _check_time(seconds: float, now: float, max_skew: float, what: str) -> None:
         raise Expired(f"{what} is {now - seconds:+.0f}s from now (allowed ±{max_skew:g}s)")
 
 
-def _check_age(seconds: float, now: float, max_skew: float, what: str) -> None:
-    """An event's own time: not ahead of now by more than the skew, and no older than the event
-    store remembers ids (a redelivery 6 h after an outage is still taken; a replay older than the
-    de-duplication memory is not)."""
-    if seconds - now > max_skew:
-        raise Expired(f"{what} is {seconds - now:.0f}s in the future (allowed {max_skew:g}s)")
-    if now - seconds > EVENT_MEMORY.total_seconds():
-        raise Expired(f"{what} is older than the {EVENT_MEMORY.days} days event ids are remembered")
-
-
 def _seconds(value: Any, scale: float, what: str) -> float:
     try:
         return int(str(value)) / scale
@@ -246,7 +236,7 @@ def _event(
 ) -> FeishuCallback:
     """The hint of a token-checked schema 2.0 event."""
     created = _seconds(header.get("create_time"), 1000, "header.create_time")
-    _check_age(created, now, max_skew, "header.create_time")
+    check_event_age(created, now, max_skew, "header.create_time")
     if secrets.app_id and header.get("app_id") != secrets.app_id:
         raise WrongSource("header.app_id is another app's")
     event_id, event_type = header.get("event_id"), header.get("event_type")

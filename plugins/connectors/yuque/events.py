@@ -32,8 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from include.event_refusals import BadSecret, Expired, Malformed, NotConfigured, UnknownEventType
-from include.stores.events import EVENT_MEMORY, EventHint, EventKind
+from include.event_refusals import BadSecret, Malformed, NotConfigured, UnknownEventType
+from include.stores.events import EventHint, EventKind, check_event_age
 from plugins.connectors.base import CallbackSetup
 from plugins.connectors.yuque.connection import DEFAULT_CONN_ID
 from plugins.connectors.yuque.versions import item_key
@@ -125,9 +125,7 @@ def read_webhook(body: bytes, *, now: float, max_skew: float) -> YuqueWebhook:
     if doc_id is None or book_id is None:
         raise Malformed("data.id or data.book_id missing")
     stamp, when = _time(data, subject)
-    if when is not None and when.timestamp() - now > max_skew:
-        raise Expired(f"the doc's time is {when.timestamp() - now:.0f}s in the future (allowed {max_skew:g}s)")
-    if when is not None and now - when.timestamp() > EVENT_MEMORY.total_seconds():
-        raise Expired(f"the doc's time is older than the {EVENT_MEMORY.days} days event ids are remembered")
+    if when is not None:
+        check_event_age(when.timestamp(), now, max_skew, "the doc's time")
     event_id = _event_id(subject, book_id, doc_id, stamp, data)
     return YuqueWebhook(hint=EventHint(event_id, item_key(book_id, doc_id), kind, f"yuque.{subject}", when))

@@ -1,0 +1,33 @@
+"""The base of the stores that keep their tables beside the state store's (access, events,
+subscriptions): same database, same engine, their own tables created once per process."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from include.stores.schema import create_side_tables
+from include.stores.state import StateStore
+
+__all__ = ["SideStore"]
+
+
+class SideStore:
+    """Opened on a :class:`StateStore` (sharing its engine) or a URL (then it owns one)."""
+
+    metadata: ClassVar[sa.MetaData]
+
+    def __init__(self, state: StateStore | str) -> None:
+        self._own: StateStore | None = None
+        if isinstance(state, str):
+            state = self._own = StateStore(state)
+        self.state = state
+        self.engine: Engine = state.engine
+        create_side_tables(self.engine, self.metadata)
+
+    def close(self) -> None:
+        """Closes the state store only when this store opened it (from a URL)."""
+        if self._own is not None:
+            self._own.close()
