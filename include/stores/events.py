@@ -34,6 +34,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from include.event_refusals import Expired
 from include.stores.side import SideStore
+from include.stores.side import aware as _aware
+from include.stores.side import utc_now as _now
 
 __all__ = [
     "EVENT_MEMORY",
@@ -117,17 +119,6 @@ def check_event_age(seconds: float, now: float, max_skew: float, what: str) -> N
 def purpose_of(kind: str) -> Purpose:
     """Which DAG an event of ``kind`` schedules: the permissions re-read or the sync."""
     return "permissions" if kind in PERMISSION_KINDS else "sync"
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _aware(value: dt.datetime | None) -> dt.datetime | None:
-    """SQLite hands timezone-aware columns back naive (in UTC, as written)."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ subscriptions): same database, same engine, their own tables created once per pr
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import ClassVar
 
 import sqlalchemy as sa
@@ -11,7 +12,7 @@ from sqlalchemy.engine import Engine
 from include.stores.schema import create_side_tables
 from include.stores.state import StateStore
 
-__all__ = ["SideStore"]
+__all__ = ["SideStore", "aware", "utc_now"]
 
 
 class SideStore:
@@ -31,3 +32,14 @@ class SideStore:
         """Closes the state store only when this store opened it (from a URL)."""
         if self._own is not None:
             self._own.close()
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def aware(value: dt.datetime | None) -> dt.datetime | None:
+    """SQLite hands timezone-aware columns back naive (in UTC, as written)."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=dt.UTC)

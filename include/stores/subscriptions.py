@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from include.stores.side import SideStore
+from include.stores.side import aware as _aware
+from include.stores.side import utc_now as _now
 
 __all__ = ["Subscription", "SubscriptionStore"]
 
@@ -39,17 +41,6 @@ subscriptions_table = sa.Table(
     sa.Column("failures", sa.Integer, nullable=False, default=0),
     sa.Column("last_error", sa.String(500)),
 )
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _aware(value: dt.datetime | None) -> dt.datetime | None:
-    """SQLite hands timezone-aware columns back naive (in UTC, as written)."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True)
