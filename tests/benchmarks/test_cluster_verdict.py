@@ -1,26 +1,36 @@
-"""The cluster benchmark's verdict: the smallest batch size whose overhead meets the goal and whose
-index matched the in-process run's; none when no batch size does (no cluster is started)."""
+"""The cluster benchmark's verdict: the speed-up over the in-process run at the goal's batch size,
+with an index matching the in-process run's; not judged when that batch size was not run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.cluster import GOAL_MS, _task_stats, _verdict
+from benchmarks.cluster import GOAL_BATCH, GOAL_SPEEDUP, _task_stats, _verdict
 
 
-def _b(batch: int, overhead: float, same: str = "yes") -> dict[str, Any]:
-    return {"run": "B: Celery cluster", "batch_size": batch, "overhead_ms_per_doc": overhead, "same_chunks_as_A": same}
+def _b(batch: int, speedup: float, same: str = "yes") -> dict[str, Any]:
+    return {
+        "run": "B: Celery cluster",
+        "batch_size": batch,
+        "speedup_vs_A": speedup,
+        "overhead_ms_per_doc": 1.0,
+        "same_chunks_as_A": same,
+    }
 
 
-def test_the_smallest_batch_size_meeting_the_goal_is_picked() -> None:
-    rows = [{"run": "A: CLI in-process", "batch_size": 250}, _b(250, GOAL_MS + 1), _b(1000, 3.0), _b(2500, 1.0)]
-    assert "smallest batch size meeting it: 1000" in _verdict(rows)
+def test_the_goal_is_judged_at_its_batch_size_by_the_speed_up() -> None:
+    rows = [{"run": "A: CLI in-process", "batch_size": GOAL_BATCH}, _b(250, 2.0), _b(GOAL_BATCH, GOAL_SPEEDUP)]
+    assert _verdict(rows).startswith(f"Goal (cluster >= {GOAL_SPEEDUP}x") and " met: " in _verdict(rows)
+    slower = _verdict([_b(GOAL_BATCH, GOAL_SPEEDUP - 0.01)])
+    assert "NOT met" in slower
 
 
-def test_a_batch_size_whose_index_differs_does_not_count() -> None:
-    verdict = _verdict([_b(250, 1.0, same="NO"), _b(1000, GOAL_MS + 0.5)])
-    assert verdict.startswith("Goal") and "NOT met" in verdict
-    assert "250: 1.0 ms/doc" in verdict
+def test_a_run_whose_index_differs_does_not_meet_the_goal() -> None:
+    assert "NOT met" in _verdict([_b(GOAL_BATCH, 3.0, same="NO")])
+
+
+def test_without_the_goal_batch_size_nothing_is_judged() -> None:
+    assert "not judged" in _verdict([_b(250, 3.0)])
 
 
 def test_task_stats_count_states_workers_and_queue_wait() -> None:
