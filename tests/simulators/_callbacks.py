@@ -155,3 +155,19 @@ class CallbackSender:
         with self._cond:
             job.seq = next(self._seq)
             heapq.heappush(self._heap, job)
+
+
+class OwnsSender:
+    """What a simulator's delivery side shares: the sender it made (None before it is configured)
+    and closing it. Subclasses hold ``_sender`` as a field of their own."""
+
+    _sender: CallbackSender | None
+
+    @property
+    def sender(self) -> CallbackSender | None:
+        return self._sender
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from tests.simulators._callbacks import CallbackSender, DeliveryKnobs
+from tests.simulators._callbacks import CallbackSender, DeliveryKnobs, OwnsSender
 from tests.support.leakscan import register_secret
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def sign(timestamp: str, nonce: str, encrypt_key: str, body: bytes) -> str:
 
 
 @dataclass
-class FeishuEvents:
+class FeishuEvents(OwnsSender):
     """Subscriptions held by the app and where its events go."""
 
     sim: FeishuSimulator
@@ -105,15 +105,6 @@ class FeishuEvents:
         self.challenges.append(ok)
         self.url = url if ok else None
         return ok
-
-    @property
-    def sender(self) -> CallbackSender | None:
-        return self._sender
-
-    def close(self) -> None:
-        if self._sender is not None:
-            self._sender.close()
-            self._sender = None
 
     def seal(self, payload: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         """One push's body and headers: plain JSON, or encrypted and signed with the Encrypt Key."""

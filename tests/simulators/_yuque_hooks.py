@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.simulators._callbacks import CallbackSender, DeliveryKnobs
+from tests.simulators._callbacks import CallbackSender, DeliveryKnobs, OwnsSender
 
 if TYPE_CHECKING:
     from tests.simulators._yuque_space import SimDoc, SimRepo, YuqueSpace
@@ -28,7 +28,7 @@ YUQUE_RETRY_DELAYS = (10.0, 60.0, 600.0)  # undocumented: this simulator's choic
 
 
 @dataclass
-class YuqueWebhooks:
+class YuqueWebhooks(OwnsSender):
     space: YuqueSpace
     urls: dict[int, str] = field(default_factory=dict)  # repo id -> webhook URL
     sent: list[dict[str, Any]] = field(default_factory=list)
@@ -40,15 +40,6 @@ class YuqueWebhooks:
         if self._sender is None:
             knobs.setdefault("retry_delays", YUQUE_RETRY_DELAYS)
             self._sender = CallbackSender(DeliveryKnobs(**knobs))
-
-    @property
-    def sender(self) -> CallbackSender | None:
-        return self._sender
-
-    def close(self) -> None:
-        if self._sender is not None:
-            self._sender.close()
-            self._sender = None
 
     def emit(self, doc: SimDoc, subject: str) -> None:
         repo = next((r for r in self.space.repos.values() if doc.id in r.docs), None)

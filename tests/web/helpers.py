@@ -25,7 +25,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextmanager
 def serve_directory(root: Path) -> Iterator[str]:
     """Python's own static file server (Last-Modified / If-Modified-Since / 304) on 127.0.0.1."""
-    handler = functools.partial(_QuietHandler, directory=str(root))
+    with serve_handler(functools.partial(_QuietHandler, directory=str(root))) as url:
+        yield url
+
+
+@contextmanager
+def serve_handler(handler: Any) -> Iterator[str]:
+    """A threading HTTP server of ``handler`` on a free 127.0.0.1 port: its base URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

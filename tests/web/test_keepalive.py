@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from plugins.connectors.web.fetcher import Fetcher, FetcherConfig
 from plugins.connectors.web.ssrf import AddressGuard
+from tests.web.helpers import serve_handler
 
 
 class _Counting(http.server.BaseHTTPRequestHandler):
@@ -48,15 +48,8 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def counting_server() -> Iterator[str]:
     _Counting.connections = 0
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serve_handler(_Counting) as url:
+        yield url
 
 
 def test_304s_and_error_pages_keep_the_connection_for_the_next_request(counting_server: str) -> None:
