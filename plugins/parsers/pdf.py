@@ -374,8 +374,10 @@ def _ocr_facts(ocr: dict[str, Any], still_image_only: list[int]) -> dict[str, An
     return out
 
 
-# "stream" then its end of line (ISO 32000-1 7.3.8.1); "endstream" is not a start
-_STREAM_START = re.compile(rb"(?<!end)stream(?:\r\n|\n|\r)")
+# "stream" then its end of line (ISO 32000-1 7.3.8.1); "endstream" is not a start. The "end" test
+# is made on the match, not by a look-behind: a pattern that opens with one loses re's literal
+# prefix search and scanned these files 25x slower (0.19 s vs 0.008 s on the 142 real PDFs).
+_STREAM_START = re.compile(rb"stream(?:\r\n|\n|\r)")
 _IMAGE_DICT = re.compile(rb"/Subtype\s*/Image\b")
 _INFLATE_STEP = 1 << 20
 
@@ -392,6 +394,8 @@ def _check_inflated_size(data: bytes, limits: Limits, deadline: Deadline) -> Non
     view = memoryview(data)
     total = 0
     for match in _STREAM_START.finditer(data):
+        if data[max(0, match.start() - 3) : match.start()] == b"end":
+            continue
         # the stream's dictionary: back to its "obj" keyword, looked for in a bounded window
         window = max(0, match.start() - 65536)
         head = data[max(window, data.rfind(b"obj", window, match.start())) : match.start()]
