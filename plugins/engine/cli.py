@@ -31,6 +31,7 @@ events-url SOURCE [--base-url URL]
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import datetime as dt
 import getpass
@@ -38,9 +39,10 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from include.acl import ANONYMOUS, Principal
 from include.config import load_sources_report
@@ -431,5 +433,23 @@ def main(
         return 0
 
 
+def exit_without_teardown(code: int) -> NoReturn:
+    """Exit once the command is done, without tearing down every module and freeing every object.
+
+    Python's finalization frees the run's objects one by one: 0.2-0.3 s of a 2.5 s no-change
+    resync of 1,170 pages. mypy's ``util.hard_exit`` does the same. What an exit must still do
+    is done first: exit handlers (logging's flush, ``weakref.finalize`` clean-ups, multiprocessing's
+    joins) and the standard streams. A non-daemon thread still running gets the ordinary exit,
+    which waits for it."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if any(t.is_alive() for t in others):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

@@ -25,12 +25,13 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any, cast
 
 from include.contract import ParseError, ParseErrorCode
 from plugins.parsers._common import Deadline
+
+if TYPE_CHECKING:  # Pillow is loaded by the first OCR, not by importing the PDF or image parser
+    from PIL import Image
 
 __all__ = [
     "OcrLine",
@@ -184,6 +185,8 @@ def _grey(image: Image.Image) -> Image.Image:
     """An 8-bit greyscale copy: transparent pixels become white (text drawn on a transparent
     PNG would otherwise be black on black), palettes and 16-bit depths are resolved."""
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        from PIL import Image
+
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("L")

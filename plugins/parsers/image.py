@@ -27,9 +27,7 @@ import math
 import struct
 import warnings
 from collections.abc import Sequence
-from typing import Any
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits
@@ -44,6 +42,9 @@ from plugins.parsers._ocr import (
 )
 from plugins.parsers.registry import ParseContext, register_parser, register_sniffer
 from plugins.parsers.sniff import BMP, IMAGE_TYPES
+
+if TYPE_CHECKING:  # Pillow is loaded by the first image parsed, not by registering the parser
+    from PIL import Image
 
 __all__ = ["parse_image"]
 
@@ -116,6 +117,8 @@ def parse_image(data: bytes, ctx: ParseContext) -> ParsedDocument:
 
 def _open(data: bytes) -> Image.Image:
     """Open the image lazily (header only), refusing bomb dimensions before any pixel is decoded."""
+    from PIL import Image
+
     try:
         with warnings.catch_warnings():
             # over MAX_IMAGE_PIXELS Pillow only warns (it raises over twice that): refused below
@@ -130,6 +133,8 @@ def _open(data: bytes) -> Image.Image:
 
 
 def _check_dimensions(image: Image.Image) -> None:
+    from PIL import Image
+
     width, height = image.size
     limit = Image.MAX_IMAGE_PIXELS
     if width <= 0 or height <= 0:

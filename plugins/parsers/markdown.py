@@ -8,20 +8,23 @@ CommonMark would read ``_`` and ``*`` inside formulas as emphasis and eat charac
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from lxml import html as lxml_html
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
 
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text, decode_text
 from plugins.parsers.registry import ParseContext, register_parser
+
+if TYPE_CHECKING:  # markdown-it is loaded by the first parse, not by registering the parser
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 __all__ = ["parse_markdown"]
 
@@ -29,7 +32,10 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r
 _MATH = re.compile(r"\$[^$\n]+\$|\$\$|\\\(|\\\[")
 
 
+@functools.cache
 def _md() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
     md = MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
     # Block structure comes from markdown-it; inline markup is stripped by the regexes below.
     # The inline tokenizer is a third of markdown-it's time and we only need the plain text.
@@ -40,7 +46,6 @@ def _md() -> MarkdownIt:
     return md
 
 
-_MD = _md()
 _REF_DEF = re.compile(r"\[[^\]\n]+\]:[ \t]*\S")
 
 
@@ -326,7 +331,7 @@ def parse_markdown(data: bytes, ctx: ParseContext) -> ParsedDocument:
     meta, body, offset = _front_matter(text)
     builder = BlockBuilder(limits.max_blocks)
     for piece, first_line in _segments(_drop_reference_definitions(body)):
-        _Renderer(builder, deadline, offset + first_line).render(_MD.parse(piece))
+        _Renderer(builder, deadline, offset + first_line).render(_md().parse(piece))
     if not builder.blocks:
         raise ParseError(ParseErrorCode.EMPTY, "no text content")
     title = meta.get("title")
