@@ -185,7 +185,7 @@ def _grey(image: Image.Image) -> Image.Image:
     """An 8-bit greyscale copy: transparent pixels become white (text drawn on a transparent
     PNG would otherwise be black on black), palettes and 16-bit depths are resolved."""
     if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
-        from PIL import Image
+        from PIL import Image  # deferred: importing the PDF or image parser must not load Pillow
 
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))

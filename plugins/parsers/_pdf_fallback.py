@@ -19,14 +19,14 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
-from typing import Any
-
-import pypdf
-from pypdf.errors import FileNotDecryptedError, LimitReachedError, PdfReadError, PyPdfError
+from typing import TYPE_CHECKING, Any
 
 from include.contract import ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
 from plugins.parsers.registry import ParseContext
+
+if TYPE_CHECKING:
+    import pypdf
 
 __all__ = ["read_with_pypdf"]
 
@@ -47,6 +47,11 @@ _LIMIT_FIELDS = (
 
 def read_with_pypdf(data: bytes, ctx: ParseContext, password: str | None, refusal: str) -> ParsedDocument:
     """Read ``data`` with pypdf; ``refusal`` is pdfium's reason, kept in the metadata."""
+    # deferred: pypdf is only the fallback, and loading it cost every process that merely registers
+    # the parsers (a no-change resync asks them for their versions) ~40 ms
+    import pypdf
+    from pypdf.errors import FileNotDecryptedError, LimitReachedError, PdfReadError, PyPdfError  # deferred: as pypdf
+
     limits = Limits.from_options(ctx.options)
     deadline = Deadline(limits.time_budget_s)
     capped = pypdf.get_configuration().with_overwrites(**dict.fromkeys(_LIMIT_FIELDS, int(limits.pdf_max_inflated)))
@@ -68,6 +73,8 @@ def read_with_pypdf(data: bytes, ctx: ParseContext, password: str | None, refusa
 
 
 def _read(data: bytes, limits: Limits, deadline: Deadline, password: str | None, refusal: str) -> ParsedDocument:
+    import pypdf  # deferred: see read_with_pypdf
+
     reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
     encrypted = reader.is_encrypted
     if encrypted:
@@ -94,6 +101,8 @@ def _read(data: bytes, limits: Limits, deadline: Deadline, password: str | None,
 
 
 def _decrypt(reader: pypdf.PdfReader, password: str | None) -> None:
+    import pypdf  # deferred: see read_with_pypdf
+
     for candidate in ("", password):
         if candidate is not None and reader.decrypt(candidate) != pypdf.PasswordType.NOT_DECRYPTED:
             return

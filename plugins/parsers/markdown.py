@@ -34,7 +34,7 @@ _MATH = re.compile(r"\$[^$\n]+\$|\$\$|\\\(|\\\[")
 
 @functools.cache
 def _md() -> MarkdownIt:
-    from markdown_it import MarkdownIt
+    from markdown_it import MarkdownIt  # deferred: loaded by the first parse, not by registration
 
     md = MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
     # Block structure comes from markdown-it; inline markup is stripped by the regexes below.

@@ -44,6 +44,7 @@ from typing import Any
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, clean_text
 from plugins.parsers._embedded import EmbeddedFile, parse_embedded
+from plugins.parsers._pdf_fallback import read_with_pypdf
 from plugins.parsers._pdf_layout import Line, furniture, norm, paragraphs
 from plugins.parsers._pdf_ocr import ocr_pdf_pages
 from plugins.parsers._pdf_page import read_page
@@ -456,8 +457,4 @@ def parse_pdf(data: bytes, ctx: ParseContext) -> ParsedDocument:
 
 def _fallback(data: bytes, ctx: ParseContext, password: str | None, refused: _Refused) -> ParsedDocument:
     """A file pdfium refused goes to pypdf, which opens it or raises the typed error itself."""
-    # imported here: pypdf is only the fallback, and loading it costs every process that merely
-    # registers the parsers (a no-change resync asks them for their versions) ~40 ms
-    from plugins.parsers._pdf_fallback import read_with_pypdf
-
     return read_with_pypdf(data, ctx, password, refused.reason)
