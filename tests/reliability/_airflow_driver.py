@@ -20,11 +20,13 @@ The snapshot helpers are also what the test compares with.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -146,8 +148,20 @@ def _after_fork() -> None:
     object.__delattr__(api, "transport")
 
 
+@functools.cache
+def _warm_api() -> None:
+    """Build the in-process execution API and have it answer one request here, before any fork:
+    building the app takes ~1.2 s and its first request ~3 s (whatever the path), which every
+    child of a driver that has run no command yet would otherwise pay again."""
+    import httpx
+    from airflow.sdk.execution_time.supervisor import in_process_api_server
+
+    httpx.Client(transport=in_process_api_server().transport, base_url="http://in-process.invalid.").get("/")
+
+
 def _run_forked(job: dict[str, Any]) -> tuple[int, str]:
     """The job's command in a forked child: (return code, or minus the signal; its output)."""
+    _warm_api()
     with tempfile.TemporaryFile() as output:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -177,7 +191,7 @@ def main() -> None:
     for job in jobs:
         os.environ["TRIBUTARY_HOME"] = job["home"]
         os.environ["TRIBUTARY_SOURCES"] = job["sources"]
-        output = ""
+        output, started = "", time.perf_counter()
         if job.get("fork"):
             code, output = _run_forked(job)
         else:
@@ -188,6 +202,7 @@ def main() -> None:
             "argv": job["argv"],
             "exit": code,
             "output": output,
+            "seconds": round(time.perf_counter() - started, 2),  # the command's, for a slow suite's diagnosis
             "dag_run": run,
             "snapshot": snapshot(home),
             "run_log": run_log(home, run["run_id"]) if run else {},

@@ -1,7 +1,7 @@
 """The reaper in real Airflow 3.3.2: a killed DAG run's run-log row (issue 19, point 8).
 
-Two runs of the crash DAG are SIGKILLed inside upsert (``airflow dags test`` with a failpoint, as in
-test_crash_airflow.py): the run log keeps them ``running``, their staging stays. The next run's
+Two runs of the crash DAG are SIGKILLed inside upsert (``airflow dags test`` with a failpoint, forked
+by the driver as in test_crash_airflow.py): the run log keeps them ``running``, their staging stays. The next run's
 discover asks the API server, through the Task SDK, for the state of those DAG runs:
 
 1. still ``running`` in the metadata DB (``dags test`` has no scheduler to notice the lost task):
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from include.staging import StagingArea
 from tests.reliability._airflow_driver import DAG_ID
-from tests.reliability.test_crash_airflow import Case, _jobs_dag_test, _spec, _write_notes, crash, drive
+from tests.reliability.test_crash_airflow import Case, _jobs_crash, _jobs_dag_test, _spec, _write_notes, drive
 from tests.support.airflow import write_sources
 
 pytestmark = pytest.mark.airflow
@@ -42,15 +42,14 @@ def test_next_run_reaps_killed_runs_whose_dag_run_failed_or_is_gone(tmp_path: Pa
     notes = tmp_path / "notes"
     _write_notes(notes)
     case = Case(tmp_path / "home", write_sources(tmp_path / "sources.yaml", [_spec(notes)]))
+    *crashes, alive = drive(_jobs_crash(case, "upsert@1") + _jobs_crash(case, "upsert@1") + _jobs_dag_test(case))
     killed = []
-    for _ in range(2):
-        rc, run, output = crash(case, "upsert@1")
-        assert rc < 0 and run["state"] == "running", output[-3000:]  # killed, the DAG run left running
-        killed.append(run["run_id"])
+    for crashed in crashes:  # killed, the DAG run left running
+        assert crashed["exit"] < 0 and crashed["dag_run"]["state"] == "running", crashed["output"][-3000:]
+        killed.append(crashed["dag_run"]["run_id"])
     stagings = [Path(StagingArea(DAG_ID, run_id, root=case.home / "staging").root) for run_id in killed]
     assert all((s / "raw").is_dir() for s in stagings)
 
-    [alive] = drive(_jobs_dag_test(case))
     assert alive["dag_run"]["state"] == "success"
     from include.stores import open_state_store
 
