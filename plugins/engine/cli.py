@@ -441,9 +441,8 @@ def exit_without_teardown(code: int) -> NoReturn:
     is done first: exit handlers (logging's flush, ``weakref.finalize`` clean-ups, multiprocessing's
     joins) and the standard streams. A non-daemon thread still running gets the ordinary exit,
     which waits for it."""
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if any(t.is_alive() for t in others):
-        sys.exit(code)
+    if any(not t.daemon and t is not threading.main_thread() for t in threading.enumerate()):
+        sys.exit(code)  # enumerate() lists the live threads only
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

@@ -394,7 +394,7 @@ def _check_inflated_size(data: bytes, limits: Limits, deadline: Deadline) -> Non
     view = memoryview(data)
     total = 0
     for match in _STREAM_START.finditer(data):
-        if data[max(0, match.start() - 3) : match.start()] == b"end":
+        if data.endswith(b"end", 0, match.start()):
             continue
         # the stream's dictionary: back to its "obj" keyword, looked for in a bounded window
         window = max(0, match.start() - 65536)

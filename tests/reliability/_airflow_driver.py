@@ -140,11 +140,9 @@ def _after_fork() -> None:
 
     if settings.engine is not None:
         settings.engine.dispose(close=False)  # SQLAlchemy's rule for os.fork(): new connections here
-    api = in_process_api_server()
-    try:  # an attrs slotted class: the cached property lives in a slot of its name
-        _DEAD_TRANSPORTS.append(object.__getattribute__(api, "transport"))
-    except AttributeError:  # not built yet: the child builds it
-        return
+    api = in_process_api_server()  # its transport was built by _warm_api before the fork
+    # an attrs slotted class: the cached property lives in a slot of its name
+    _DEAD_TRANSPORTS.append(object.__getattribute__(api, "transport"))
     object.__delattr__(api, "transport")
 
 

@@ -150,17 +150,7 @@ def drive(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _jobs_crash(case: Case, failpoint: str) -> list[dict[str, Any]]:
     """``airflow dags test`` with a failpoint armed, in a process of its own (it is meant to die):
     forked by the driver (``_airflow_driver._run_forked``)."""
-    case.date = _logical_date()
-    argv = ["dags", "test", DAG_ID, case.date]
-    return [
-        {
-            "home": str(case.home),
-            "sources": str(case.sources),
-            "argv": argv,
-            "fork": True,
-            "env": {"TRIBUTARY_FAILPOINT": failpoint},
-        }
-    ]
+    return [{**job, "fork": True, "env": {"TRIBUTARY_FAILPOINT": failpoint}} for job in _jobs_dag_test(case)]
 
 
 def _crashed(result: dict[str, Any]) -> tuple[int, dict[str, Any], str, dict[str, Any]]:
