@@ -10,7 +10,7 @@ import re
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
-__all__ = ["format_value"]
+__all__ = ["BUILTIN_FORMATS", "excel_serial_to_datetime", "format_value", "is_date_format", "is_duration_format"]
 
 _BRACKETS = re.compile(r"\[[^\]]*\]")
 _QUOTED = re.compile(r'"([^"]*)"')
@@ -202,8 +202,9 @@ def _date_token(value: dt.date | dt.datetime | dt.time, tok: str, twelve: bool) 
     return tok
 
 
-# openpyxl's table of built-in formats (what ``cell.number_format`` is for a numFmtId without
-# a numFmt element) differs from what Excel shows for three of them: 44 lost its section
+# The built-in formats a numFmtId below 164 stands for when the styles part has no numFmt
+# element of that id (ECMA-376 Part 1, 18.8.30), as openpyxl tabulates them. The table
+# differs from what Excel shows for three of them: 44 lost its section
 # separators, 47 its colon (ECMA-376 Part 1, 18.8.30 lists "mm:ss.0"), and 14 and 22 are the
 # locale's short date, which Excel and LibreOffice show with a four-digit year in en-US
 _BUILTIN_FIXES = {
@@ -257,3 +258,63 @@ def format_value(value: object, number_format: str | None) -> str:
         except (ValueError, IndexError):
             return _general(value)
     return str(value)
+
+
+BUILTIN_FORMATS: dict[int, str] = {
+    0: "General", 1: "0", 2: "0.00", 3: "#,##0", 4: "#,##0.00",
+    5: '"$"#,##0_);("$"#,##0)', 6: '"$"#,##0_);[Red]("$"#,##0)',
+    7: '"$"#,##0.00_);("$"#,##0.00)', 8: '"$"#,##0.00_);[Red]("$"#,##0.00)',
+    9: "0%", 10: "0.00%", 11: "0.00E+00", 12: "# ?/?", 13: "# ??/??",
+    14: "mm-dd-yy", 15: "d-mmm-yy", 16: "d-mmm", 17: "mmm-yy", 18: "h:mm AM/PM", 19: "h:mm:ss AM/PM",
+    20: "h:mm", 21: "h:mm:ss", 22: "m/d/yy h:mm",
+    37: "#,##0_);(#,##0)", 38: "#,##0_);[Red](#,##0)", 39: "#,##0.00_);(#,##0.00)", 40: "#,##0.00_);[Red](#,##0.00)",
+    41: r'_(* #,##0_);_(* \(#,##0\);_(* "-"_);_(@_)',
+    42: r'_("$"* #,##0_);_("$"* \(#,##0\);_("$"* "-"_);_(@_)',
+    43: r'_(* #,##0.00_);_(* \(#,##0.00\);_(* "-"??_);_(@_)',
+    44: r'_("$"* #,##0.00_)_("$"* \(#,##0.00\)_("$"* "-"??_)_(@_)',
+    45: "mm:ss", 46: "[h]:mm:ss", 47: "mmss.0", 48: "##0.0E+0", 49: "@",
+}  # fmt: skip
+
+# quoted literals and bracketed locale or colour codes, but not the elapsed-time [h] [m] [s]
+_NOT_DATE_PARTS = re.compile(r'".*?"|\[(?!hh?\]|mm?\]|ss?\])[^\]]*\]')
+_DATE_LETTER = re.compile(r"(?<![_\\])[dmhysDMHYS]")
+_DURATION = re.compile(r"\[hh?\](:mm(:ss(\.0*)?)?)?|\[mm?\](:ss(\.0*)?)?|\[ss?\](\.0*)?", re.I)
+# serials from 61 on count Lotus's phantom 1900-02-29, so the epoch that makes them right
+# is 1899-12-30 (ECMA-376 Part 1, 18.17.4.1); the 1904 system counts from its day 0
+_EPOCH_1900 = dt.datetime(1899, 12, 30)
+_EPOCH_1904 = dt.datetime(1904, 1, 1)
+
+
+def is_date_format(fmt: str | None) -> bool:
+    """Does a number with this format show as a date or time (its first section has a date or
+    time letter outside quotes and locale brackets)?"""
+    if not fmt:
+        return False
+    return _DATE_LETTER.search(_NOT_DATE_PARTS.sub("", fmt.split(";")[0])) is not None
+
+
+def is_duration_format(fmt: str | None) -> bool:
+    """Elapsed time (``[h]:mm:ss``): the serial is a duration, not a point in time."""
+    return bool(fmt) and _DURATION.search(fmt.split(";")[0]) is not None  # type: ignore[union-attr]
+
+
+def excel_serial_to_datetime(
+    serial: float, date1904: bool = False, duration: bool = False
+) -> dt.datetime | dt.time | dt.timedelta:
+    """A date-formatted cell's serial as the value Excel shows, to the millisecond.
+
+    In the 1900 system serials below 1 are times of day (Excel shows day 0 as "1900-01-00")
+    and serials 1-59 sit before the phantom leap day, so they take one day more. Raises OverflowError or ValueError outside Python's dates.
+    """
+    if duration:
+        td = dt.timedelta(days=serial)
+        if td.microseconds:
+            td = dt.timedelta(seconds=td.total_seconds() // 1, microseconds=round(td.microseconds, -3))
+        return td
+    day, fraction = divmod(serial, 1)
+    diff = dt.timedelta(milliseconds=round(fraction * 86_400_000))
+    if 0 <= serial < 1 and diff.days == 0 and not date1904:
+        return (dt.datetime.min + diff).time()
+    if 0 < serial < 60 and not date1904:
+        day += 1
+    return (_EPOCH_1904 if date1904 else _EPOCH_1900) + dt.timedelta(days=day) + diff

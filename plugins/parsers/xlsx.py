@@ -1,10 +1,9 @@
-"""XLSX (openpyxl, read-only streaming): one table block per non-empty row.
+"""XLSX (the package read directly, :mod:`._xlsx_package`): one table block per non-empty row.
 
 * every visible sheet (hidden ones with option ``include_hidden_sheets``), a heading per sheet;
 * ``first_row_as_header``: true / false / "auto" (default) -- see :mod:`._tabular`;
 * cached formula values (``data_only``), numbers and dates rendered with their number format;
-* merged ranges filled with their top-left value (read from the sheet XML, which read-only
-  openpyxl does not expose);
+* merged ranges filled with their top-left value (a byte scan of the sheet XML before its rows);
 * image formulas (WPS ``DISPIMG``, Excel ``_xlfn.IMAGE``) stripped;
 * a run of 10,000 empty rows ends the sheet (styled-but-empty tails); ``max_rows`` caps data;
 * rows are read sparse (a cell in column XFD is one cell, not 16,384) and trimmed after their
@@ -17,36 +16,34 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import re
-import warnings
 import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-from lxml import etree
-
 from include.contract import BlockKind, ParsedDocument, ParseError, ParseErrorCode, Position
 from plugins.parsers._common import BlockBuilder, Deadline, Limits, parse_xml
 from plugins.parsers._numfmt import format_value
-from plugins.parsers._ooxml import charge_xml_parts, check_zip, repair_relationships, xml_error
+from plugins.parsers._ooxml import charge_xml_parts, check_zip
 from plugins.parsers._ooxml_charts import add_chart_block
 from plugins.parsers._ooxml_embedded import PackageEmbeds, related_parts
 from plugins.parsers._ooxml_strict import to_transitional
 from plugins.parsers._tabular import EMPTY_RUN_LIMIT, CellBudget, emit_rows, header_option
+from plugins.parsers._xlsx_package import Value, WorkbookPackage, read_workbook, sheet_rows
 from plugins.parsers.registry import ParseContext, register_parser
 from plugins.parsers.sniff import XLSX
 
 __all__ = ["parse_xlsx"]
 
 _IMAGE_FORMULA = re.compile(r"^\s*=?\s*(?:_xlfn\.)?(?:DISPIMG|IMAGE)\s*\(", re.I)
-_MAIN_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 _REF = re.compile(r"([A-Z]+)(\d+)")
 _IMAGE_CELL = re.compile(
     rb"<(?:\w+:)?c\b[^>]*?\br=[\"']([A-Z]+)(\d+)[\"'][^>]*>\s*<(?:\w+:)?f\b[^>]*>[^<]*?(?i:DISPIMG|_xlfn\.IMAGE)\s*\("
 )
 _CELL_COLUMN = re.compile(rb"<(?:\w+:)?c\b[^>]*?\br=[\"']\$?([A-Z]{1,3})[0-9]")
 _CELL_WITHOUT_REF = re.compile(rb"<(?:\w+:)?c(?=[\s>/])(?![^>]*?\br=)")
+# the <dimension> sits before the sheet data; it alone says whether column A is used
+_DIMENSION = re.compile(rb"<(?:\w+:)?dimension\b[^>]*?\bref=[\"']\$?([A-Za-z]{1,3})")
 _MERGE = re.compile(rb"<(?:\w+:)?mergeCell\b[^>]*?\bref=[\"']\$?([A-Z]+\$?\d+):\$?([A-Z]+\$?\d+)[\"']")
 
 
@@ -74,27 +71,29 @@ class _SheetScan:
     first_col: int | None = None
 
 
-def _scan_sheet(zf: zipfile.ZipFile, path: str | None, deadline: Deadline, find_first_col: bool) -> _SheetScan:
+def _scan_sheet(zf: zipfile.ZipFile, path: str, deadline: Deadline) -> _SheetScan:
     """Merged ranges ((min_row, min_col, max_row, max_col), rows 1-based, cols 0-based), the
-    cells whose formula is an image function and (``find_first_col``) the leftmost cell's
-    column, from the raw sheet XML.
+    cells whose formula is an image function and, where the ``<dimension>`` does not start at
+    column A (or is missing), the leftmost cell's column, from the raw sheet XML.
 
     A byte scan rather than an XML parse: ``<mergeCell>`` elements sit after the (possibly
-    million-row) sheet data, and read-only openpyxl drops formulas when it reads cached values.
+    million-row) sheet data, and the rows' stream reads cached values, not formulas.
     Scanning bytes is two orders of magnitude faster than building an element per row. Ranges
     are a set: the same range listed 20,000 times is one range.
     """
     scan = _SheetScan()
-    if not path or path.lstrip("/") not in zf.namelist():
-        return scan
     merges, images = scan.merges, scan.images
     columns: set[bytes] = set()
-    unnumbered = not find_first_col
+    unnumbered: bool | None = None  # decided by the first chunk's <dimension>
     tail = b""
-    with zf.open(path.lstrip("/")) as fh:
+    with zf.open(path) as fh:
         while chunk := fh.read(1 << 20):
             deadline.check("xlsx sheet scan")
             buf = tail + chunk
+            if unnumbered is None:
+                data_at = buf.find(b"sheetData")
+                dimension = _DIMENSION.search(buf, 0, data_at if data_at >= 0 else len(buf))
+                unnumbered = dimension is not None and dimension.group(1).upper() == b"A"
             last_end = 0
             for m in _MERGE.finditer(buf) if b"mergeCell" in buf else ():
                 ma, mb = _REF.fullmatch(m.group(1).decode()), _REF.fullmatch(m.group(2).decode())
@@ -159,40 +158,19 @@ class _MergeFill:
                     texts[c] = value
 
 
-def _cell_text(cell: Any) -> str:
-    value = getattr(cell, "value", None)
-    if value is None:
-        return ""
+def _cell_text(value: Value, number_format: str) -> str:
     if isinstance(value, str):
         return "" if _IMAGE_FORMULA.match(value) else value.strip()
-    return format_value(value, getattr(cell, "number_format", None))
+    return format_value(value, number_format)
 
 
-def _sparse_rows(ws: Any) -> Iterator[tuple[int, list[Any]]]:
-    """``(row number, cells present)`` straight from openpyxl's sheet parser.
-
-    ``ws.iter_rows()`` pads every row with an empty cell per missing column, so one cell in
-    column XFD makes 16,384 cells per row; the parser underneath yields only the cells present.
-    """
-    # openpyxl is heavy (its styles and formula modules); loaded by the first spreadsheet only
-    from openpyxl.cell.read_only import ReadOnlyCell  # heavy, see above
-    from openpyxl.worksheet._reader import WorkSheetParser  # heavy, see above
-
-    wb = ws.parent
-    with ws._get_source() as src:
-        parser = WorkSheetParser(
-            src,
-            ws._shared_strings,
-            data_only=wb.data_only,
-            epoch=wb.epoch,
-            date_formats=wb._date_formats,
-            timedelta_formats=wb._timedelta_formats,
-        )
-        for n, row in parser.parse():
-            yield n, [ReadOnlyCell(ws, **cell) for cell in row]
-
-
-def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget) -> Iterator[tuple[int, list[str]]]:
+def _rows(
+    rows: Iterator[tuple[int, list[tuple[int, Value, str]]]],
+    title: str,
+    fill: _MergeFill,
+    scan: _SheetScan,
+    budget: CellBudget,
+) -> Iterator[tuple[int, list[str]]]:
     image_rows: dict[int, set[int]] = {}
     for r, c in scan.images:
         image_rows.setdefault(r, set()).add(c)
@@ -200,7 +178,7 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget) -> It
     # sheet written in column XFD has one-cell rows (header names keep their real letters)
     offset = scan.first_col or 0
     last = 0
-    for n, present in _sparse_rows(ws):
+    for n, present in rows:
         # rows absent from the XML are empty rows: yielded (at most the run that ends a sheet)
         # so that a long empty stretch still ends the sheet, as with styled empty rows
         for gap in range(last + 1, min(n, last + 1 + EMPTY_RUN_LIMIT)):
@@ -208,13 +186,12 @@ def _rows(ws: Any, fill: _MergeFill, scan: _SheetScan, budget: CellBudget) -> It
         last = max(last, n)
         skip = image_rows.get(n, ())
         texts: dict[int, str] = {}
-        for cell in present:
-            col = cell.column - 1
-            if col not in skip and (text := _cell_text(cell)):
+        for col, value, number_format in present:
+            if col not in skip and (text := _cell_text(value, number_format)):
                 texts[col] = text
         fill.apply(n, texts)
         width = max(texts) + 1 - offset if texts else 0
-        budget.charge(width, f"row {n} of sheet {ws.title!r}")
+        budget.charge(width, f"row {n} of sheet {title!r}")
         cells = [""] * max(width, 0)
         for col, text in texts.items():
             if col >= offset:
@@ -239,95 +216,20 @@ def _sheet_objects(
     embeds.add_to(builder, embeds.files_of(path, f"sheet {title}", follow=("/drawing",)))
 
 
-def _load_workbook(data: bytes) -> Any:
-    """``openpyxl.load_workbook(read_only=True, data_only=True)`` with a lean stylesheet step.
-
-    openpyxl's own (``apply_stylesheet``) builds every font, fill, border and named style: half
-    of a small workbook's parse, for values that need only each cell format's number format
-    (:func:`_apply_number_formats`). Custom properties and the theme are not read either."""
-    from openpyxl.reader.excel import ExcelReader  # heavy (styles, formulas); first spreadsheet only
-
-    reader = ExcelReader(io.BytesIO(data), read_only=True, data_only=True, keep_links=False)
-    reader.read_manifest()
-    reader.read_strings()
-    reader.read_workbook()
-    reader.read_properties()
-    if _STYLES_PART in reader.archive.namelist():
-        _apply_number_formats(reader.archive.read(_STYLES_PART), reader.wb)
-    reader.read_worksheets()
-    reader.parser.assign_names()
-    return reader.wb
-
-
-_STYLES_PART = "xl/styles.xml"
-
-
-def _apply_number_formats(styles_xml: bytes, wb: Any) -> None:
-    """Each cell format's number format, and which are dates or durations, as openpyxl's
-    ``Stylesheet._normalise_numbers`` sets them (custom ids rebased past the built-ins)."""
-    from openpyxl.styles.cell_style import StyleArray  # loaded already with the reader
-    from openpyxl.styles.numbers import (  # loaded already with the reader
-        BUILTIN_FORMATS_MAX_SIZE,
-        BUILTIN_FORMATS_REVERSE,
-        builtin_format_code,
-        is_date_format,
-        is_timedelta_format,
-    )
-    from openpyxl.utils.indexed_list import IndexedList  # loaded already with the reader
-
-    root = parse_xml(styles_xml, "xlsx styles")
-    ns = {"m": _MAIN_NS}
-    xfs = root.findall("m:cellXfs/m:xf", ns)
-    if not xfs:  # as openpyxl: no cell formats, its defaults stay
-        return
-    try:
-        custom = {int(n.get("numFmtId", "")): n.get("formatCode", "") for n in root.iterfind("m:numFmts/m:numFmt", ns)}
-        ids = [int(xf.get("numFmtId", "0")) for xf in xfs]
-    except ValueError as exc:
-        raise ParseError(ParseErrorCode.CORRUPT, f"xlsx styles: {exc}") from exc
-    formats: Any = IndexedList()
-    styles, dates, durations = [], set(), set()
-    for index, fmt_id in enumerate(ids):
-        if fmt_id in custom:
-            fmt = custom[fmt_id]
-            reverse = BUILTIN_FORMATS_REVERSE.get(fmt)  # a built-in written out: its own id
-            fmt_id = reverse if reverse is not None else formats.add(fmt) + BUILTIN_FORMATS_MAX_SIZE
-        else:
-            fmt = builtin_format_code(fmt_id)
-        if is_date_format(fmt):
-            dates.add(index)
-        if is_timedelta_format(fmt):
-            durations.add(index)
-        styles.append(StyleArray([0, 0, 0, fmt_id, 0, 0, 0, 0, 0]))
-    wb._number_formats, wb._cell_styles = formats, IndexedList(styles)
-    wb._date_formats, wb._timedelta_formats = dates, durations
-
-
-def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[Any, zipfile.ZipFile]:
+def _open_workbook(data: bytes, limits: Limits, deadline: Deadline) -> tuple[WorkbookPackage, zipfile.ZipFile]:
     zf = check_zip(data, limits, "xlsx")
-    # openpyxl builds trees of the workbook, styles and shared strings; worksheets it streams
+    # the workbook, styles and shared strings parts are parsed whole; worksheets are streamed
     charge_xml_parts(zf, limits, "xlsx", skip=lambda name: name.startswith("xl/worksheets/"))
-    data, zf = to_transitional(data, zf, limits, deadline, "xlsx")
-    repaired = repair_relationships(data, zf)
-    if repaired is not data:
-        data, zf = repaired, zipfile.ZipFile(io.BytesIO(repaired))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # openpyxl warns about every unknown extension
-            wb = _load_workbook(data)
-    except etree.XMLSyntaxError as exc:
-        raise xml_error(exc, "xlsx") from exc
-    except (KeyError, zipfile.BadZipFile, OSError) as exc:
-        raise ParseError(ParseErrorCode.CORRUPT, f"xlsx: {type(exc).__name__}: {exc}") from exc
-    return wb, zf
+    _, zf = to_transitional(data, zf, limits, deadline, "xlsx")
+    return read_workbook(zf, limits, deadline), zf
 
 
-@register_parser("xlsx", "1.1", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
+@register_parser("xlsx", "1.2", (XLSX,), ("xlsx", "xlsm", "xltx", "xltm"))
 def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     limits = Limits.from_options(ctx.options)
     limits.check_size(data)
     deadline = Deadline(limits.time_budget_s)
-    wb, zf = _open_workbook(data, limits, deadline)
+    book, zf = _open_workbook(data, limits, deadline)
     include_hidden = bool(ctx.options.get("include_hidden_sheets", False))
     header_opt = header_option(ctx.options.get("first_row_as_header", "auto"))
     builder = BlockBuilder(limits.max_blocks, limits.max_chars)
@@ -335,47 +237,38 @@ def parse_xlsx(data: bytes, ctx: ParseContext) -> ParsedDocument:
     embeds = PackageEmbeds(zf, limits, deadline, ctx.options)
     sheets, skipped = [], []
     total_rows = 0
-    try:
-        for ws in wb.worksheets:
-            if ws.sheet_state != "visible" and not include_hidden:
-                skipped.append(ws.title)
-                continue
-            if not hasattr(ws, "iter_rows"):  # chartsheets
-                continue
-            # the leftmost column is looked for where the <dimension> does not start at A
-            # (or is missing): the only sheets that can have empty leading columns
-            find_first_col = ws.min_column != 1 or ws.max_column is None
-            scan = _scan_sheet(zf, getattr(ws, "_worksheet_path", None), deadline, find_first_col)
-            mark = len(builder.blocks)
-            builder.heading(ws.title, 1)
-            n = emit_rows(
-                builder,
-                _rows(ws, _MergeFill(scan.merges, cells, deadline), scan, cells),
-                sheet=ws.title,
-                first_row_as_header=header_opt,
-                limits=dataclasses.replace(limits, max_rows=limits.max_rows - total_rows),
-                deadline=deadline,
-                cells_budget=cells,
-                first_col=scan.first_col or 0,
-            )
-            total_rows += n
-            _sheet_objects(zf, getattr(ws, "_worksheet_path", None), ws.title, builder, embeds, deadline)
-            if len(builder.blocks) == mark + 1:  # an empty sheet: drop its lone heading
-                builder.blocks.pop()
-            else:
-                sheets.append(ws.title)
-    except etree.XMLSyntaxError as exc:
-        raise xml_error(exc, "xlsx") from exc
-    finally:
-        wb.close()
+    for sheet in book.sheets:
+        if sheet.state != "visible" and not include_hidden:
+            skipped.append(sheet.title)
+            continue
+        if sheet.is_chartsheet or sheet.path is None:
+            continue
+        scan = _scan_sheet(zf, sheet.path, deadline)
+        mark = len(builder.blocks)
+        builder.heading(sheet.title, 1)
+        rows = sheet_rows(zf, sheet.path, book, deadline)
+        n = emit_rows(
+            builder,
+            _rows(rows, sheet.title, _MergeFill(scan.merges, cells, deadline), scan, cells),
+            sheet=sheet.title,
+            first_row_as_header=header_opt,
+            limits=dataclasses.replace(limits, max_rows=limits.max_rows - total_rows),
+            deadline=deadline,
+            cells_budget=cells,
+            first_col=scan.first_col or 0,
+        )
+        total_rows += n
+        _sheet_objects(zf, sheet.path, sheet.title, builder, embeds, deadline)
+        if len(builder.blocks) == mark + 1:  # an empty sheet: drop its lone heading
+            builder.blocks.pop()
+        else:
+            sheets.append(sheet.title)
     if not any(b.kind != BlockKind.HEADING for b in builder.blocks):
         raise ParseError(ParseErrorCode.EMPTY, "no non-empty cells in visible sheets")
-    props = wb.properties
     meta: dict[str, Any] = {"sheets": sheets, "rows": total_rows}
     if skipped:
         meta["hidden_sheets_skipped"] = skipped
     embeds.record(meta)
-    if props is not None and props.creator:
-        meta["author"] = props.creator
-    title = props.title if props is not None and props.title else None
-    return ParsedDocument(blocks=builder.blocks, title=title, media_type=XLSX, metadata=meta)
+    if book.creator:
+        meta["author"] = book.creator
+    return ParsedDocument(blocks=builder.blocks, title=book.title, media_type=XLSX, metadata=meta)
